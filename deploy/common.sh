@@ -1,0 +1,45 @@
+# Sourced by the deploy scripts: the repository, the merged site settings as
+# PORTAL_* variables, and small helpers. Run as root.
+set -euo pipefail
+
+DEPLOY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(dirname "$DEPLOY_DIR")
+eval "$(/usr/bin/python3 "$REPO_DIR/portal/settings.py" --shell)"
+
+log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# wait_for SECONDS DESCRIPTION COMMAND...: retry COMMAND every 0.2 s.
+wait_for() {
+    local seconds=$1 what=$2; shift 2
+    local deadline=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || die "$what did not happen within ${seconds}s"
+        sleep 0.2
+    done
+}
+
+# proc_alive PID: the process runs (a zombie does not count: this machine's
+# init reaps orphans late, and kill -0 still succeeds on them).
+proc_alive() {
+    local state
+    state=$(sed -E 's/.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# pid_alive PIDFILE: the process named in PIDFILE runs.
+pid_alive() { [ -s "$1" ] && proc_alive "$(cat "$1")"; }
+
+# stop_pidfile PIDFILE NAME: TERM the process, wait up to 10 s, then KILL.
+stop_pidfile() {
+    local pidfile=$1 name=$2 pid
+    pid_alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do proc_alive "$pid" || break; sleep 0.1; done
+    proc_alive "$pid" && { log "$name did not stop, killing"; kill -9 "$pid" || true; }
+    rm -f "$pidfile"
+    log "$name stopped"
+}
+
+[ "$(id -u)" -eq 0 ] || die "run as root (the one-machine cluster starts system daemons)"

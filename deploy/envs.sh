@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the Python environments from Debian's /usr/bin/python3 under the
+# world-readable prefix (jobs run them as the LDAP user, who cannot read
+# /root). Each is rebuilt only when its requirements (or, for the hub, the
+# repository's path or setup.cfg) changed.
+source "$(dirname "$0")/common.sh"
+
+# pip_quiet DIR ARGS...: pip of the environment at DIR, without the noise of
+# this machine's missing local index folders.
+pip_quiet() {
+    local dir=$1; shift
+    "$dir/bin/python" -m pip -q "$@" 2> >(grep -v 'is ignored: it is neither' >&2)
+}
+
+# build_env DIR REQUIREMENTS [EXTRA_PIP_ARGS...]
+build_env() {
+    local dir=$1 reqs=$2; shift 2
+    local stamp="$dir/.portal-stamp" want
+    want=$(cat "$reqs" "$@" 2>/dev/null | sha256sum | cut -d' ' -f1)
+    want="$want $*"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    log "building $dir"
+    [ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv "$dir"
+    pip_quiet "$dir" install --upgrade pip
+    pip_quiet "$dir" install -r "$reqs"
+    echo "$want" > "$stamp"
+}
+
+umask 022
+mkdir -p "$PORTAL_ENVS_PREFIX/envs"
+chmod 755 "$PORTAL_ENVS_PREFIX" "$PORTAL_ENVS_PREFIX/envs"
+
+build_env "$PORTAL_ENVS_JUPYTER" "$DEPLOY_DIR/requirements-jupyter.txt"
+
+hub="$PORTAL_ENVS_PREFIX/envs/hub"
+build_env "$hub" "$DEPLOY_DIR/requirements-hub.txt"
+# The portal package, editable from this checkout (re-done when it moves).
+stamp="$hub/.portal-package"
+want="$REPO_DIR $(sha256sum "$REPO_DIR/setup.cfg" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing the portal package from $REPO_DIR"
+    pip_quiet "$hub" install --no-deps -e "$REPO_DIR"
+    echo "$want" > "$stamp"
+fi

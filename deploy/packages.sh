@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the system packages the portal needs, only those missing.
+source "$(dirname "$0")/common.sh"
+
+PACKAGES=(
+    # the one-machine cluster
+    slurmctld slurmd slurm-client munge
+    slapd ldap-utils nslcd libnss-ldapd sudo
+    # environments and data
+    python3-venv python3-dev dataset-fashion-mnist
+    # tests and tools
+    chromium curl procps
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+command -v npm >/dev/null || missing+=(nodejs npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    # No questions, and no default directory for slapd: the portal runs its own.
+    debconf-set-selections <<'SEL'
+slapd slapd/no_configuration boolean true
+libnss-ldapd libnss-ldapd/nsswitch multiselect passwd, group
+SEL
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v configurable-http-proxy >/dev/null; then
+    log "installing configurable-http-proxy from npm"
+    npm install -g --silent configurable-http-proxy@5 >/dev/null
+fi

@@ -1,0 +1,72 @@
+"""The hub's configuration, one small function per area.
+
+``jupyterhub_config.py`` loads the site settings (``portal.settings``) and
+calls these; each only sets values on ``c`` from ``settings``.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+def configure_hub(c, settings):
+    hub = settings["hub"]
+    state = Path(hub["state_dir"])
+    c.JupyterHub.bind_url = hub["bind_url"]
+    c.JupyterHub.hub_ip = hub["api_ip"]
+    c.JupyterHub.hub_port = hub["api_port"]
+    if hub["connect_ip"]:
+        c.JupyterHub.hub_connect_ip = hub["connect_ip"]
+    c.JupyterHub.db_url = hub["db_url"]
+    c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+    # Sessions are Slurm jobs that outlive the hub: a hub restart or upgrade
+    # must neither cancel them (batchspawner's default would) nor lose them.
+    c.JupyterHub.cleanup_servers = False
+    c.JupyterHub.cleanup_proxy = False
+
+
+def configure_proxy(c, settings):
+    """configurable-http-proxy runs on its own (deploy/hub.sh), so that a
+    hub restart leaves every session reachable."""
+    hub = settings["hub"]
+    c.ConfigurableHTTPProxy.should_start = False
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{hub['proxy_api_port']}"
+    token_file = Path(hub["state_dir"]) / "proxy_token"
+    if "CONFIGPROXY_AUTH_TOKEN" not in os.environ and token_file.exists():
+        c.ConfigurableHTTPProxy.auth_token = token_file.read_text().strip()
+
+
+def configure_auth(c, settings):
+    ldap = settings["ldap"]
+    c.JupyterHub.authenticator_class = "portal.auth.PortalLDAPAuthenticator"
+    c.LDAPAuthenticator.server_address = ldap["server_address"]
+    c.LDAPAuthenticator.server_port = ldap["server_port"]
+    c.LDAPAuthenticator.tls_strategy = ldap["tls_strategy"]
+    c.LDAPAuthenticator.bind_dn_template = [ldap["bind_dn_template"]]
+    c.LDAPAuthenticator.allowed_groups = list(ldap["allowed_groups"])
+    c.LDAPAuthenticator.user_search_base = f"ou=people,{ldap['base_dn']}"
+    c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
+
+
+def configure_spawner(c, settings):
+    slurm, envs = settings["slurm"], settings["envs"]
+    c.JupyterHub.spawner_class = "spawners.PortalSpawner"
+    c.PortalSpawner.partition = slurm["partition"]
+    c.PortalSpawner.cores_per_gpu = slurm["cores_per_gpu"]
+    c.PortalSpawner.mem_per_gpu_gb = slurm["mem_per_gpu_gb"]
+    c.PortalSpawner.default_hours = slurm["default_hours"]
+    c.PortalSpawner.max_hours = slurm["max_hours"]
+    c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
+    c.PortalSpawner.job_name = slurm["job_name"]
+    c.PortalSpawner.environment = envs["jupyter"]
+    c.Spawner.default_url = "/lab"
+    # A queued Slurm job may take a while; the spawn page shows why.
+    c.Spawner.start_timeout = 900
+    c.Spawner.http_timeout = 120
+
+
+def public_url(settings):
+    """The URL a person on this machine opens: the bind URL, 0.0.0.0 made local."""
+    url = urlparse(settings["hub"]["bind_url"])
+    host = "127.0.0.1" if url.hostname in ("0.0.0.0", "", None) else url.hostname
+    return f"{url.scheme}://{host}:{url.port or 80}{url.path or '/'}"
