@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the deploy scripts: the repository, the merged site settings as
 # PORTAL_* variables, and small helpers. Run as root.
 set -euo pipefail
@@ -19,25 +20,31 @@ wait_for() {
     done
 }
 
-# proc_alive PID: the process runs (a zombie does not count: this machine's
-# init reaps orphans late, and kill -0 still succeeds on them).
+# proc_alive PID [COMM]: the process runs (and is named COMM). A zombie counts
+# as gone: where pid 1 reaps orphans late (as here), a stopped daemon lingers
+# as a zombie and kill -0 still succeeds on it.
 proc_alive() {
     local state
+    [ -n "$1" ] || return 1
     state=$(sed -E 's/.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ]
+    [ -n "$state" ] && [ "$state" != Z ] || return 1
+    [ -z "${2:-}" ] || [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]
 }
 
-# pid_alive PIDFILE: the process named in PIDFILE runs.
-pid_alive() { [ -s "$1" ] && proc_alive "$(cat "$1")"; }
+# pid_alive PIDFILE [COMM]: the process named in PIDFILE runs (and is COMM).
+pid_alive() { proc_alive "$(cat "$1" 2>/dev/null)" "${2:-}"; }
 
-# stop_pidfile PIDFILE NAME: TERM the process, wait up to 10 s, then KILL.
+# stop_pidfile PIDFILE NAME [COMM]: TERM the process, wait up to 10 s, then KILL.
 stop_pidfile() {
-    local pidfile=$1 name=$2 pid
-    pid_alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+    local pidfile=$1 name=$2 comm=${3:-} pid
+    pid_alive "$pidfile" "$comm" || { rm -f "$pidfile"; return 0; }
     pid=$(cat "$pidfile")
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do proc_alive "$pid" || break; sleep 0.1; done
-    proc_alive "$pid" && { log "$name did not stop, killing"; kill -9 "$pid" || true; }
+    for _ in $(seq 100); do proc_alive "$pid" "$comm" || break; sleep 0.1; done
+    if proc_alive "$pid" "$comm"; then
+        log "$name did not stop, killing it"
+        kill -9 "$pid" 2>/dev/null || true
+    fi
     rm -f "$pidfile"
     log "$name stopped"
 }

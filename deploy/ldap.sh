@@ -65,39 +65,6 @@ ADMIN_GROUP=portal-admins
 
 # ---------------------------------------------------------------- helpers
 
-# daemon_alive PIDFILE COMM: the process in PIDFILE runs and is COMM. Unlike
-# pid_alive, a zombie counts as gone: where pid 1 reaps orphans late (as in
-# containers), a stopped daemon lingers as a zombie and kill -0 still succeeds.
-daemon_alive() {
-    local pid state
-    pid=$(cat "$1" 2>/dev/null) || return 1     # the daemon may remove it meanwhile
-    [ -n "$pid" ] || return 1
-    [ -r "/proc/$pid/stat" ] || return 1
-    state=$(sed -E 's/.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ "$state" != Z ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
-}
-
-# stop_daemon PIDFILE COMM: TERM the daemon, wait up to 10 s, then KILL.
-stop_daemon() {
-    local pidfile=$1 name=$2 pid
-    if ! daemon_alive "$pidfile" "$name"; then
-        rm -f "$pidfile"
-        return 0
-    fi
-    pid=$(cat "$pidfile")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do
-        daemon_alive "$pidfile" "$name" || break
-        sleep 0.2
-    done
-    if daemon_alive "$pidfile" "$name"; then
-        log "$name did not stop, killing it"
-        kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-    log "$name stopped"
-}
-
 random_password() { /usr/bin/python3 -c 'import secrets; print(secrets.token_urlsafe(12))'; }
 
 # ssha PASSWORD: its {SSHA} hash. The password goes through a pipe, not argv
@@ -134,7 +101,7 @@ slapd_answers() {
 # port_taken: something accepts connections on the port.
 port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; }
 
-slapd_alive() { daemon_alive "$SLAPD_PID" slapd; }
+slapd_alive() { pid_alive "$SLAPD_PID" slapd; }
 
 # The rootdn's password: made once, kept in a root-only file; slapd.conf (which
 # slapd, running as openldap, must read) holds only its hash.
@@ -313,7 +280,7 @@ start_slapd() {
             return 0
         fi
         log "slapd runs as '${have% }', restarting it"
-        stop_daemon "$SLAPD_PID" slapd
+        stop_pidfile "$SLAPD_PID" slapd slapd
     fi
     rm -f "$SLAPD_PID"
     port_taken && die "port $PORT is taken by another process (ss -ltnp 'sport = :$PORT')"
@@ -362,11 +329,11 @@ start_nslcd() {
     enable_nss_ldap
     install -d -o nslcd -g nslcd -m 0755 "$NSLCD_RUN"
     # Restart when the config is newer than the running daemon.
-    if daemon_alive "$NSLCD_PID" nslcd && [ "$NSLCD_CONF" -nt "$NSLCD_PID" ]; then
+    if pid_alive "$NSLCD_PID" nslcd && [ "$NSLCD_CONF" -nt "$NSLCD_PID" ]; then
         log "$NSLCD_CONF changed, restarting nslcd"
-        stop_daemon "$NSLCD_PID" nslcd
+        stop_pidfile "$NSLCD_PID" nslcd nslcd
     fi
-    if ! daemon_alive "$NSLCD_PID" nslcd; then
+    if ! pid_alive "$NSLCD_PID" nslcd; then
         rm -f "$NSLCD_PID"
         log "starting nslcd"
         nslcd || die "nslcd did not start; try in the foreground: nslcd -d"
@@ -399,10 +366,10 @@ cmd_start() {
     write_slapd_conf
     if [ "$WROTE" = 1 ] && slapd_alive; then
         log "$SLAPD_CONF changed, restarting slapd"
-        stop_daemon "$SLAPD_PID" slapd
+        stop_pidfile "$SLAPD_PID" slapd slapd
     fi
     if [ ! -s "$DATA_DIR/data.mdb" ]; then
-        slapd_alive && stop_daemon "$SLAPD_PID" slapd   # never load under a running slapd
+        slapd_alive && stop_pidfile "$SLAPD_PID" slapd slapd   # never load under a running slapd
         init_directory
     elif [ ! -s "$ACCOUNTS_FILE" ]; then
         log "warning: $ACCOUNTS_FILE is missing; the demo passwords are lost (to start over: stop, remove $LDAP_DIR, start)"
@@ -414,8 +381,8 @@ cmd_start() {
 }
 
 cmd_stop() {
-    stop_daemon "$NSLCD_PID" nslcd
-    stop_daemon "$SLAPD_PID" slapd
+    stop_pidfile "$NSLCD_PID" nslcd nslcd
+    stop_pidfile "$SLAPD_PID" slapd slapd
 }
 
 cmd_status() {
@@ -426,7 +393,7 @@ cmd_status() {
         echo "slapd: stopped (port $PORT)"
         rc=3
     fi
-    if daemon_alive "$NSLCD_PID" nslcd; then
+    if pid_alive "$NSLCD_PID" nslcd; then
         echo "nslcd: running (pid $(cat "$NSLCD_PID")), uri $SERVER_URI"
     else
         echo "nslcd: stopped"
