@@ -1,0 +1,21 @@
+"""JupyterHub configuration of the Data Scientist Portal.
+
+Site settings come from deploy/portal.toml merged with /etc/portal/portal.toml
+(or $PORTAL_CONFIG); see portal/settings.py. Python overrides for a site go in
+jupyterhub_config.d/*.py beside this file, loaded last in name order.
+"""
+
+from pathlib import Path
+
+from portal import hub_config, settings
+
+site = settings.load()
+c = get_config()  # noqa: F821 (provided by JupyterHub)
+
+hub_config.configure_hub(c, site)
+hub_config.configure_proxy(c, site)
+hub_config.configure_auth(c, site)
+hub_config.configure_spawner(c, site)
+
+for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):
+    exec(compile(extra.read_text(), str(extra), "exec"))

@@ -1,0 +1,5 @@
+"""Spawners of the Data Scientist Portal."""
+
+from .spawner import PortalSpawner
+
+__all__ = ["PortalSpawner"]
