@@ -3,6 +3,7 @@
 # world-readable prefix (jobs run them as the LDAP user, who cannot read
 # /root). Each is rebuilt only when its requirements (or, for the hub, the
 # repository's path or setup.cfg) changed.
+# shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
 # pip_quiet DIR ARGS...: pip of the environment at DIR, without the noise of

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages the portal needs, only those missing.
+# shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
 PACKAGES=(

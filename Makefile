@@ -1,0 +1,33 @@
+# Data Scientist Portal: the entry points. Everything runs as root.
+DEPLOY := deploy
+PYTHON := /opt/portal/envs/hub/bin/python
+
+.PHONY: up down status accounts restart-hub test unit bench
+
+up:            ## install what is missing, start the cluster and the portal on :8000
+	@bash $(DEPLOY)/cluster.sh up
+
+down:          ## stop the portal and the one-machine cluster (data is kept)
+	@bash $(DEPLOY)/cluster.sh down
+
+status:        ## what runs
+	@bash $(DEPLOY)/cluster.sh status
+
+accounts:      ## the demo LDAP accounts, as JSON
+	@bash $(DEPLOY)/ldap.sh accounts
+
+restart-hub:   ## restart the hub alone; the proxy, Slurm, slapd and sessions keep running
+	@bash $(DEPLOY)/hub.sh restart
+
+test:          ## install what the tests need, start the cluster, run every test
+	@bash $(DEPLOY)/packages.sh
+	@bash $(DEPLOY)/envs.sh
+	@bash $(DEPLOY)/ldap.sh start
+	@bash $(DEPLOY)/slurm.sh start
+	@$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+unit:          ## the unit tests only (no services)
+	@$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench:         ## benchmarks (issue 8)
+	@echo "no benchmarks yet"

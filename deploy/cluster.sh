@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole portal: up | down | status. `up` installs what is missing, starts
+# the embedded one-machine cluster (unless [cluster] embedded = false) and the
+# hub, and returns once the login page answers.
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "$0")/common.sh"
+
+embedded() { [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ]; }
+
+case ${1:-} in
+    up)
+        start=$SECONDS
+        "$DEPLOY_DIR/packages.sh"
+        "$DEPLOY_DIR/envs.sh"
+        if embedded; then
+            "$DEPLOY_DIR/ldap.sh" start
+            "$DEPLOY_DIR/slurm.sh" start
+        fi
+        "$DEPLOY_DIR/hub.sh" start
+        log "up in $((SECONDS - start)) s: open $("$DEPLOY_DIR/hub.sh" url)"
+        embedded && log "demo accounts: make accounts"
+        ;;
+    down)
+        "$DEPLOY_DIR/hub.sh" stop
+        if embedded; then
+            "$DEPLOY_DIR/slurm.sh" stop
+            "$DEPLOY_DIR/ldap.sh" stop
+        fi
+        ;;
+    status)
+        rc=0
+        "$DEPLOY_DIR/hub.sh" status || rc=$?
+        if embedded; then
+            "$DEPLOY_DIR/ldap.sh" status || rc=$?
+            "$DEPLOY_DIR/slurm.sh" status || rc=$?
+        fi
+        exit $rc
+        ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The hub and its proxy: start | stop | restart (the hub alone) | status.
+# configurable-http-proxy runs on its own so that restarting the hub keeps
+# every session reachable.
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "$0")/common.sh"
+
+STATE=$PORTAL_HUB_STATE_DIR
+HUB_ENV=$PORTAL_ENVS_PREFIX/envs/hub
+PROXY_PID=$STATE/proxy.pid
+HUB_PID=$STATE/jupyterhub.pid
+URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings, hub_config; print(hub_config.public_url(settings.load()))')
+
+prepare() {
+    install -d -m 0700 "$STATE"
+    [ -s "$STATE/proxy_token" ] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/proxy_token")
+    export CONFIGPROXY_AUTH_TOKEN
+    CONFIGPROXY_AUTH_TOKEN=$(cat "$STATE/proxy_token")
+}
+
+start_proxy() {
+    pid_alive "$PROXY_PID" && return 0
+    local bind host port
+    bind=${PORTAL_HUB_BIND_URL#*://}; bind=${bind%%/*}
+    host=${bind%:*}; port=${bind##*:}
+    log "starting configurable-http-proxy on $host:$port"
+    nohup configurable-http-proxy --ip "$host" --port "$port" \
+        --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
+        --default-target "http://127.0.0.1:$PORTAL_HUB_API_PORT" \
+        --error-target "http://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error" \
+        >> "$STATE/proxy.log" 2>&1 &
+    echo $! > "$PROXY_PID"
+}
+
+start_hub() {
+    pid_alive "$HUB_PID" && return 0
+    log "starting JupyterHub (log: $STATE/jupyterhub.log)"
+    (cd "$STATE" && exec nohup "$HUB_ENV/bin/jupyterhub" -f "$REPO_DIR/jupyterhub_config.py" \
+        >> "$STATE/jupyterhub.log" 2>&1) &
+    echo $! > "$HUB_PID"
+}
+
+login_answers() {
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "${URL}hub/login")" = 200 ]
+}
+
+wait_ready() {
+    local deadline=$((SECONDS + 60))
+    until pid_alive "$HUB_PID" && login_answers; do
+        pid_alive "$HUB_PID" || { tail -n 30 "$STATE/jupyterhub.log" >&2; die "JupyterHub exited; its log is above"; }
+        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login did not answer within 60s (see $STATE/jupyterhub.log)"
+        sleep 0.2
+    done
+    log "portal ready at $URL"
+}
+
+case ${1:-} in
+    start) prepare; start_proxy; start_hub; wait_ready ;;
+    stop) stop_pidfile "$HUB_PID" JupyterHub; stop_pidfile "$PROXY_PID" configurable-http-proxy ;;
+    restart) prepare; stop_pidfile "$HUB_PID" JupyterHub; start_proxy; start_hub; wait_ready ;;
+    status)
+        rc=0
+        if pid_alive "$PROXY_PID"; then echo "proxy: running (pid $(cat "$PROXY_PID"))"; else echo "proxy: stopped"; rc=3; fi
+        if pid_alive "$HUB_PID"; then echo "hub: running (pid $(cat "$HUB_PID")) at $URL"; else echo "hub: stopped"; rc=3; fi
+        exit $rc ;;
+    url) echo "$URL" ;;
+    *) echo "usage: $0 start|stop|restart|status|url" >&2; exit 2 ;;
+esac
