@@ -1,0 +1,43 @@
+import pytest
+
+from portal import settings
+from portal.hub_config import public_url
+
+
+def test_defaults_load():
+    s = settings.load()
+    assert s["slurm"]["cores_per_gpu"] == 8
+    assert s["hub"]["bind_url"].endswith(":8000")
+
+
+def test_site_file_overrides(tmp_path, monkeypatch):
+    site = tmp_path / "portal.toml"
+    site.write_text('[slurm]\npartition = "a100"\n[hub]\nbind_url = "http://10.0.0.5:443"\n')
+    monkeypatch.setenv("PORTAL_CONFIG", str(site))
+    s = settings.load()
+    assert s["slurm"]["partition"] == "a100"
+    assert s["slurm"]["cores_per_gpu"] == 8
+    assert public_url(s) == "http://10.0.0.5:443/"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[slurm]\npartiton = 'x'\n", "unknown key 'partiton'"),
+        ("[slrum]\n", "unknown section"),
+        ("[slurm]\ncores_per_gpu = '8'\n", "must be int"),
+        ("[slurm]\ncores_per_gpu = true\n", "must be int"),
+        ("[slurm\n", "not valid TOML"),
+    ],
+)
+def test_bad_site_file_is_refused(tmp_path, monkeypatch, text, message):
+    site = tmp_path / "portal.toml"
+    site.write_text(text)
+    monkeypatch.setenv("PORTAL_CONFIG", str(site))
+    with pytest.raises(settings.SettingsError, match=message):
+        settings.load()
+
+
+def test_shell_lines_quote_values():
+    lines = settings.shell_lines({"ldap": {"bind_dn_template": "uid={username},dc=x y"}})
+    assert lines == ["PORTAL_LDAP_BIND_DN_TEMPLATE='uid={username},dc=x y'"]
