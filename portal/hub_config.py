@@ -6,6 +6,8 @@ calls these; each only sets values on ``c`` from ``settings``.
 
 import os
 from pathlib import Path
+
+from portal import settings as site_settings
 from urllib.parse import urlparse
 
 
@@ -48,9 +50,32 @@ def configure_auth(c, settings):
     c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
 
 
+def settings_profiles():
+    """The profiles of the site settings, read anew at each call (each spawn)."""
+    from spawners.profiles import profile_from_dict
+
+    site = site_settings.load()
+    slurm = site["slurm"]
+    defaults = {
+        "partition": slurm["partition"],
+        "cores_per_gpu": slurm["cores_per_gpu"],
+        "mem_per_gpu_gb": slurm["mem_per_gpu_gb"],
+        "default_hours": slurm["default_hours"],
+        "max_hours": slurm["max_hours"],
+    }
+    return [profile_from_dict(p, defaults) for p in site["profiles"]]
+
+
 def configure_spawner(c, settings):
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
+    c.PortalSpawner.profile_source = settings_profiles
+    c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
+    c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
+    c.PortalSpawner.poll_interval_active = slurm["poll_interval_active"]
+    c.PortalSpawner.cluster_interval = slurm["cluster_interval"]
+    c.PortalSpawner.unknown_grace = slurm["unknown_grace"]
+    c.JupyterHub.template_paths = [str(Path(__file__).parent / "templates")]
     c.PortalSpawner.partition = slurm["partition"]
     c.PortalSpawner.cores_per_gpu = slurm["cores_per_gpu"]
     c.PortalSpawner.mem_per_gpu_gb = slurm["mem_per_gpu_gb"]
@@ -58,7 +83,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.max_hours = slurm["max_hours"]
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]
-    c.PortalSpawner.environment = envs["jupyter"]
+    c.PortalSpawner.python_env = envs["jupyter"]
     c.Spawner.default_url = "/lab"
     # A queued Slurm job may take a while; the spawn page shows why.
     c.Spawner.start_timeout = 900

@@ -36,15 +36,26 @@ def _read(path):
 def merge(defaults, overrides, source="site settings"):
     """Merge ``overrides`` over ``defaults`` one section deep.
 
+    Arrays of tables (``[[profiles]]``) are replaced whole.
+
     Unknown sections or keys are refused rather than ignored, so a typo in a
     site file is noticed at start and not silently lost.
     """
-    merged = {section: dict(values) for section, values in defaults.items()}
+    merged = {
+        section: dict(values) if isinstance(values, dict) else list(values)
+        for section, values in defaults.items()
+    }
     for section, values in overrides.items():
         if section not in defaults:
             raise SettingsError(
                 f"{source}: unknown section [{section}]; known: {', '.join(sorted(defaults))}"
             )
+        if isinstance(defaults[section], list):
+            # An array of tables ([[profiles]]): the site's list replaces ours.
+            if not isinstance(values, list):
+                raise SettingsError(f"{source}: {section} must be an array of tables")
+            merged[section] = values
+            continue
         if not isinstance(values, dict):
             raise SettingsError(f"{source}: [{section}] must be a table")
         for key, value in values.items():
@@ -86,6 +97,8 @@ def shell_lines(settings):
     """``PORTAL_SECTION_KEY=value`` lines for ``eval`` in a shell script."""
     lines = []
     for section, values in settings.items():
+        if not isinstance(values, dict):
+            continue
         for key, value in values.items():
             if isinstance(value, bool):
                 value = "1" if value else "0"

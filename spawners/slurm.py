@@ -14,8 +14,8 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or timed out; ``str()`` says which and why."""
 
 
-async def run(argv, *, input=None, env=None, timeout=20):
-    """Run ``argv`` and return its stdout, stripped.
+async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
+    """Run ``argv`` and return its stdout (and stderr, ``with_stderr``), stripped.
 
     Raises SlurmError with the command's stderr when it exits non-zero, and
     when it has not finished after ``timeout`` seconds (it is killed then).
@@ -38,6 +38,8 @@ async def run(argv, *, input=None, env=None, timeout=20):
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
         raise SlurmError(f"{_name(argv)} failed: {message}")
+    if with_stderr:
+        out += err
     return out.decode(errors="replace").strip()
 
 

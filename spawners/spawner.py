@@ -1,57 +1,80 @@
 """PortalSpawner: one single-node Slurm job per session, submitted as the user.
 
-Built on batchspawner's SlurmSpawner (its start/stop loop, state and the
-batchspawner-singleuser port report); what changes is how the job is made:
-the resources come from a validated GPU slice (``spawners.slice``), the batch
-script from a sandboxed template with every value quoted (``spawners.script``)
-and Slurm's commands run as argument lists with timeouts (``spawners.slurm``).
+Built on batchspawner's SlurmSpawner (state, the batchspawner-singleuser port
+report, its traits); what changes:
+
+- the user picks a profile, a GPU count and hours; the slice (cores, memory,
+  gres, partition) is computed by ``spawners.slice`` from the profile, never
+  taken from the user, and validated again at start because the REST API skips
+  the form;
+- the batch script comes from a sandboxed template with every value quoted
+  (``spawners.script``), and Slurm's commands run as argument lists with
+  timeouts (``spawners.slurm``);
+- status comes from one shared poll for all sessions (``spawners.poller``),
+  with three states: a failed query is "unknown", never "gone".
 """
 
+import asyncio
 import os
 import pwd
+import time
+from datetime import datetime
 
-from batchspawner import JobStatus, SlurmSpawner
+from batchspawner import SlurmSpawner
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
-from traitlets import Float, Integer, Unicode, default
+from traitlets import Any, Float, Integer, Unicode, default
 
 from . import slurm
-from .script import render_batch_script
-from .slice import Slice, SliceError, make_slice
+from .poller import SlurmPoller
+from .profiles import Profile, ProfileError, choose, profile_from_dict
+from .script import TEMPLATES, render_batch_script
+from .slice import Slice, SliceError
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+OPTION_KEYS = {"profile", "gpus", "hours"}
+
+_html = Environment(
+    loader=FileSystemLoader(str(TEMPLATES)),
+    autoescape=select_autoescape(default=True),
+)
+
+
+def unix_groups(username):
+    """The user's groups as the hub's NSS sees them (from LDAP, through nslcd)."""
+    import grp
+
+    entry = pwd.getpwnam(username)
+    return sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(username, entry.pw_gid))
 
 
 class PortalSpawner(SlurmSpawner):
+    profile_source = Any(
+        help="""A callable returning the current profiles (a list of
+        ``spawners.profiles.Profile`` or dicts). Called at every form render and
+        every spawn, so an edited profile applies at the next spawn without a
+        restart. Default: one profile built from this spawner's own settings.
+        Example: ``portal.hub_config.settings_profiles``.""",
+    ).tag(config=True)
+
     partition = Unicode(
-        "gpu",
-        help="""Slurm partition of the sessions. Default ``gpu``. Example: ``"a100"``.""",
+        "gpu", help="""Partition of the default profile. Default ``gpu``."""
     ).tag(config=True)
-
-    max_gpus = Integer(
-        4,
-        help="""Most GPUs one session may ask for (one node's worth at most). Default 4.""",
-    ).tag(config=True)
-
+    max_gpus = Integer(4, help="""Most GPUs of the default profile. Default 4.""").tag(config=True)
     cores_per_gpu = Integer(
         8,
-        help="""CPU cores allocated per GPU of the slice: N GPUs get N times this
+        help="""CPU cores per GPU of the default profile: N GPUs get N times this
         many cores (``--cpus-per-task``). Default 8.""",
     ).tag(config=True)
-
     mem_per_gpu_gb = Integer(
         48,
-        help="""Memory in GB allocated per GPU of the slice: N GPUs get N times this
-        (``--mem=NG``). Default 48.""",
+        help="""Memory in GB per GPU of the default profile (``--mem=NG``). Default 48.""",
     ).tag(config=True)
-
     default_hours = Integer(
-        8,
-        help="""Time limit of a session, in hours, unless the user asks for another. Default 8.""",
+        8, help="""Time limit of a session unless the user asks for another. Default 8."""
     ).tag(config=True)
-
     max_hours = Integer(
-        24,
-        help="""Longest time limit a user may ask for, in hours. Default 24.""",
+        24, help="""Longest time limit of the default profile, in hours. Default 24."""
     ).tag(config=True)
 
     python_env = Unicode(
@@ -63,7 +86,8 @@ class PortalSpawner(SlurmSpawner):
 
     job_name = Unicode(
         "portal-jupyter",
-        help="""Slurm job name of the sessions (``squeue -n`` finds them). Default ``portal-jupyter``.""",
+        help="""Slurm job name of the sessions (``squeue -n`` finds them). The
+        shared poll lists the jobs of this name. Default ``portal-jupyter``.""",
     ).tag(config=True)
 
     log_dir = Unicode(
@@ -78,10 +102,28 @@ class PortalSpawner(SlurmSpawner):
         counts as failed. Default 20.""",
     ).tag(config=True)
 
+    poll_interval_slurm = Float(
+        15.0,
+        help="""Seconds between the shared squeue of all sessions. Default 15.""",
+    ).tag(config=True)
+    poll_interval_active = Float(
+        1.0,
+        help="""Seconds between the shared squeue while a session starts. Default 1.""",
+    ).tag(config=True)
+    cluster_interval = Float(
+        30.0,
+        help="""Seconds between the shared sinfo behind the spawn page's
+        availability and expected starts. Default 30.""",
+    ).tag(config=True)
+    unknown_grace = Float(
+        300.0,
+        help="""Seconds Slurm may fail to answer before the hub logs an error.
+        Sessions are never dropped for it. Default 300.""",
+    ).tag(config=True)
+
     job_path = Unicode(
         "/usr/local/bin:/usr/bin:/bin",
-        help="""PATH of the job before the environment is activated. Default
-        ``/usr/local/bin:/usr/bin:/bin``.""",
+        help="""PATH of the job before the environment is activated.""",
     ).tag(config=True)
 
     @default("batchspawner_singleuser_cmd")
@@ -97,29 +139,132 @@ class PortalSpawner(SlurmSpawner):
         # JupyterHub calls this before start, for the form and the REST API alike.
         return lambda spawner, user_options: spawner.load_user_options(user_options)
 
-    job_slice = None
+    @default("options_form")
+    def _options_form_default(self):
+        return lambda spawner: spawner.render_options_form()
 
-    # -- options ---------------------------------------------------------
+    job_slice = None
+    profile = None
+    submitted_at = 0.0
+    gpu_indices = ""
+    _port_event = None
+    port_reported = False
+
+    @property
+    def poller(self):
+        poller = SlurmPoller.instance(
+            self.job_name,
+            interval=self.poll_interval_slurm,
+            active_interval=self.poll_interval_active,
+            cluster_interval=self.cluster_interval,
+            unknown_grace=self.unknown_grace,
+            timeout=self.slurm_timeout,
+            will_run_slice=(self.cores_per_gpu, self.mem_per_gpu_gb, self.default_hours),
+        )
+        poller.ensure_running()
+        return poller
+
+    # -- profiles and options ------------------------------------------
+
+    def profiles(self):
+        if self.profile_source is None:
+            return [
+                Profile(
+                    name="default",
+                    display_name="Default",
+                    partition=self.partition,
+                    environment="default",
+                    max_gpus=self.max_gpus,
+                    cores_per_gpu=self.cores_per_gpu,
+                    mem_per_gpu_gb=self.mem_per_gpu_gb,
+                    default_hours=self.default_hours,
+                    max_hours=self.max_hours,
+                )
+            ]
+        return [p if isinstance(p, Profile) else profile_from_dict(p) for p in self.profile_source()]
+
+    def user_groups(self):
+        try:
+            return unix_groups(self.user.name)
+        except KeyError:
+            raise web.HTTPError(
+                500,
+                f"The account {self.user.name} is not known as a Unix user on the hub: "
+                "check that LDAP users resolve (getent passwd).",
+            ) from None
+
+    def offered_profiles(self):
+        groups = self.user_groups()
+        return [p for p in self.profiles() if p.allows(groups)]
+
+    def resolve_options(self, options):
+        """(profile, slice) for ``options``, checked against the profiles and the
+        user's groups; ProfileError or SliceError with a message for the user."""
+        if not isinstance(options, dict):
+            raise ProfileError("options must be an object")
+        unknown = sorted(str(k)[:40] for k in set(options) - OPTION_KEYS)
+        if unknown:
+            raise ProfileError(f"Unknown option(s): {', '.join(unknown)}", unknown[0])
+        groups = self.user_groups()
+        offered = [p for p in self.profiles() if p.allows(groups)]
+        if not offered:
+            raise ProfileError("No profile is available to you; ask your admin", "profile")
+        name = options.get("profile") or offered[0].name  # the first is the default
+        profile = choose(offered, name, groups)
+        return profile, profile.make_slice(options.get("gpus", 1), options.get("hours"))
+
+    def options_from_form(self, formdata):
+        """The form's fields, validated; a ValueError re-renders the form with its message."""
+        options = {key: formdata.get(key, [""])[0].strip() for key in OPTION_KEYS}
+        profile, job_slice = self.resolve_options(options)
+        return {"profile": profile.name, "gpus": job_slice.gpus, "hours": job_slice.hours}
+
+    def options_from_query(self, query_data):
+        return self.options_from_form(query_data)
 
     def load_user_options(self, user_options):
-        """Validate ``user_options`` and set ``self.job_slice``; HTTP 400 when invalid."""
-        options = dict(user_options or {})
-        unknown = sorted(set(options) - {"gpus", "hours"})
-        if unknown:
-            raise web.HTTPError(400, f"Unknown option(s): {', '.join(unknown)}")
+        """Validate again at start (the REST API skips the form): HTTP 400 when invalid."""
         try:
-            self.job_slice = make_slice(
-                options.get("gpus", 1),
-                options.get("hours", self.default_hours),
-                partition=self.partition,
-                max_gpus=self.max_gpus,
-                cores_per_gpu=self.cores_per_gpu,
-                mem_per_gpu_gb=self.mem_per_gpu_gb,
-                max_hours=self.max_hours,
-            )
-        except SliceError as e:
+            self.profile, self.job_slice = self.resolve_options(dict(user_options or {}))
+        except (ProfileError, SliceError) as e:
             raise web.HTTPError(400, str(e)) from None
         return self.job_slice
+
+    def render_options_form(self):
+        offered = self.offered_profiles()
+        if not offered:
+            return "<p class='alert alert-warning'>No profile is available to you; ask your admin.</p>"
+        poller = self.poller
+        if not poller.partitions:
+            poller.poke()  # the page never waits on Slurm; the next render has it
+        last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
+        profiles = []
+        for p in offered:
+            part = poller.partitions.get(p.partition)
+            node_gpus = part.largest_node.gpus if part and part.largest_node else p.max_gpus
+            profiles.append(
+                {
+                    **p.to_dict(),
+                    "offered_gpus": max(1, min(p.max_gpus, node_gpus)),
+                    "free": part.gpus_free if part else None,
+                    "total": part.gpus if part else None,
+                    "largest_free": part.largest_free if part else None,
+                    "expected": {
+                        str(g): poller.expected_start[(p.partition, g)].strftime("%a %H:%M")
+                        for g in range(1, p.max_gpus + 1)
+                        if (p.partition, g) in poller.expected_start
+                    },
+                }
+            )
+        chosen = last.get("profile") if last.get("profile") in {p.name for p in offered} else offered[0].name
+        return _html.get_template("form.html.j2").render(
+            profiles=profiles,
+            chosen=chosen,
+            last=last,
+            partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
+            cluster_error=poller.cluster_error,
+            known=bool(poller.partitions),
+        )
 
     # -- running Slurm's commands ---------------------------------------
 
@@ -139,8 +284,20 @@ class PortalSpawner(SlurmSpawner):
         env["PATH"] = self.job_path
         return env
 
+    def get_env(self):
+        env = super().get_env()
+        if self.profile:
+            env["PORTAL_PROFILE"] = self.profile.name
+            env["PORTAL_ENVIRONMENT"] = self.profile.environment
+        return env
+
     def cmd_formatted_for_batch(self):
         return [self.batchspawner_singleuser_cmd, *self.cmd, *self.get_args()]
+
+    @property
+    def job_log(self):
+        home = pwd.getpwnam(self.user.name).pw_dir
+        return os.path.join(home, self.log_dir, f"jupyter-{self.job_id}.log") if self.job_id else ""
 
     async def submit_batch_script(self):
         job_slice = self.job_slice or self.load_user_options(self.user_options)
@@ -153,7 +310,6 @@ class PortalSpawner(SlurmSpawner):
             environment=self.python_env,
             cmd=self.cmd_formatted_for_batch(),
         )
-        await slurm.run(self._as_user(["mkdir", "-p", log_dir]), timeout=self.slurm_timeout)
         argv = [
             "sbatch",
             "--parsable",
@@ -165,39 +321,191 @@ class PortalSpawner(SlurmSpawner):
         ]
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
         self.log.debug("Batch script for %s:\n%s", self.user.name, script)
-        out = await slurm.run(
-            self._as_user(argv), input=script, env=env, timeout=self.slurm_timeout
-        )
-        self.job_id = slurm.parse_job_id(out)
+        try:
+            await slurm.run(self._as_user(["mkdir", "-p", log_dir]), timeout=self.slurm_timeout)
+            self.submitted_at = time.monotonic()
+            out = await slurm.run(
+                self._as_user(argv), input=script, env=env, timeout=self.slurm_timeout
+            )
+            self.job_id = slurm.parse_job_id(out)
+        except slurm.SlurmError as e:
+            self.log.error("Submission for %s failed: %s", self.user.name, e)
+            raise web.HTTPError(
+                503, f"The scheduler did not accept the job: {e}. Please try again later."
+            ) from None
         self.log.info("Slurm job %s submitted for %s", self.job_id, self.user.name)
         return self.job_id
-
-    async def query_job_status(self):
-        """RUNNING, PENDING, NOTFOUND, or UNKNOWN when Slurm does not answer.
-
-        A failed query never counts as "job gone" (batchspawner #315, #171).
-        """
-        if not self.job_id:
-            self.job_status = ""
-            return JobStatus.NOTFOUND
-        argv = ["squeue", "-h", "-j", self.job_id, "-o", "%T %B"]
-        try:
-            self.job_status = await slurm.run(argv, timeout=self.slurm_timeout)
-        except slurm.SlurmError as e:
-            if "Invalid job id" in str(e):
-                self.job_status = ""
-                return JobStatus.NOTFOUND
-            self.log.warning("Status of job %s of %s unknown: %s", self.job_id, self.user.name, e)
-            return JobStatus.UNKNOWN
-        if self.state_isrunning():
-            return JobStatus.RUNNING
-        if self.state_ispending():
-            return JobStatus.PENDING
-        return JobStatus.NOTFOUND
 
     async def cancel_batch_job(self):
         self.log.info("Cancelling job %s of %s", self.job_id, self.user.name)
         await slurm.run(self._as_user(["scancel", self.job_id]), timeout=self.slurm_timeout)
+
+    async def _gpu_indices(self):
+        """The GPU indices of the running job (one scontrol per session)."""
+        try:
+            out = await slurm.run(
+                ["scontrol", "show", "job", "-d", self.job_id], timeout=self.slurm_timeout
+            )
+        except slurm.SlurmError:
+            return ""
+        for word in out.split():
+            if word.startswith("GRES=") and "IDX:" in word:
+                return word.split("IDX:", 1)[1].rstrip(")")
+        return ""
+
+    async def job_end_reason(self):
+        """How the job ended, from sacct, as a short phrase (or "")."""
+        argv = ["sacct", "-j", self.job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]
+        try:
+            out = await slurm.run(argv, timeout=self.slurm_timeout)
+        except slurm.SlurmError:
+            return ""
+        fields = out.splitlines()[0].split("|") if out else []
+        if len(fields) >= 2:
+            state, exit_code = fields[0].split()[0], fields[1]
+            return f"{state}, exit code {exit_code}"
+        return ""
+
+    # -- the session --------------------------------------------------------
+
+    def report_port(self, port):
+        """Called by the port callback (``spawners.callback``) once per spawn."""
+        self.port = port
+        self.port_reported = True
+        if self._port_event:
+            self._port_event.set()
+        self.poller.poke()  # find the node now rather than at the next tick
+
+    async def start(self):
+        self.port = 0
+        self.port_reported = False
+        self.gpu_indices = ""
+        self._port_event = asyncio.Event()
+        if self.job_slice is None:
+            self.load_user_options(self.user_options)
+        await self.submit_batch_script()
+        poller = self.poller
+        poller.watch(self)
+        try:
+            while True:
+                job = poller.job(self.job_id)
+                if self.port_reported and job and job.running and job.node:
+                    break
+                if poller.is_gone(self.job_id, self.submitted_at):
+                    reason = await self.job_end_reason()
+                    log_path = self.job_log
+                    self.clear_state()
+                    raise RuntimeError(
+                        "Your Slurm job ended before Jupyter started"
+                        + (f" ({reason})" if reason else "")
+                        + f". Its log: {log_path}"
+                    )
+                waits = [asyncio.ensure_future(poller.wait_changed(5))]
+                if not self.port_reported:
+                    waits.append(asyncio.ensure_future(self._port_event.wait()))
+                _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for w in pending:
+                    w.cancel()
+        finally:
+            poller.unwatch(self)
+        self.ip = job.node
+        self.gpu_indices = await self._gpu_indices()
+        self.log.info(
+            "Job %s of %s running on %s:%s (GPUs %s)",
+            self.job_id, self.user.name, self.ip, self.port, self.gpu_indices or "none",
+        )  # fmt: skip
+        return self.ip, self.port
+
+    async def poll(self):
+        """None while the job is listed (or Slurm does not answer), 1 once it is gone."""
+        if not self.job_id:
+            return 0
+        poller = self.poller
+        await poller.snapshot_since(time.monotonic() - poller.interval)
+        if poller.is_gone(self.job_id, self.submitted_at):
+            self.log.info("Job %s of %s is no longer in the queue", self.job_id, self.user.name)
+            self.clear_state()
+            return 1
+        return None  # listed, or Slurm did not answer: kept as last seen
+
+    async def stop(self, now=False):
+        if not self.job_id:
+            return
+        try:
+            await self.cancel_batch_job()
+        except slurm.SlurmError as e:
+            self.log.error("scancel of job %s failed: %s", self.job_id, e)
+        if now:
+            return
+        poller = self.poller
+        asked = time.monotonic()
+        poller.watch(self)
+        try:
+            for _ in range(20):
+                await poller.snapshot_since(asked)
+                if poller.is_gone(self.job_id, asked):
+                    return
+                await poller.wait_changed(1)
+        finally:
+            poller.unwatch(self)
+        self.log.warning("Job %s of %s still listed after scancel", self.job_id, self.user.name)
+
+    async def progress(self):
+        poller = self.poller
+        sent = None
+        while True:
+            message = self._progress_message(poller)
+            if message and message != sent:
+                sent = message
+                yield message
+            if self.port_reported and self.ip:
+                return
+            await poller.wait_changed(2)
+
+    def _progress_message(self, poller):
+        if not self.job_id:
+            return {"progress": 10, "message": "Submitting the job to Slurm..."}
+        slice_text = self.job_slice.describe() if self.job_slice else ""
+        job = poller.job(self.job_id)
+        if job is None:
+            return {"progress": 20, "message": f"Submitted Slurm job {self.job_id}: {slice_text}"}
+        if job.pending:
+            when = ""
+            if job.start:
+                when = f"; expected start {job.start:%a %H:%M}"
+                minutes = int((job.start - datetime.now()).total_seconds() // 60)
+                if minutes > 0:
+                    when += f" (in {minutes // 60} h {minutes % 60} min)"
+            reason = job.reason or "waiting"
+            return {"progress": 30, "message": f"Job {self.job_id} queued: {reason}{when}"}
+        if self.port_reported:
+            return {"progress": 90, "message": f"Jupyter is up on {job.node}; connecting..."}
+        return {
+            "progress": 60,
+            "message": f"Job {self.job_id} allocated on {job.node}; starting Jupyter...",
+        }
+
+    # -- the session card ----------------------------------------------------
+
+    def session_info(self):
+        """What the home page's session card shows (no Slurm call)."""
+        if not self.job_id:
+            return None
+        job = self.poller.job(self.job_id)
+        info = {
+            "job_id": self.job_id,
+            "profile": self.profile.display_name if self.profile else "",
+            "slice": self.job_slice,
+            "node": job.node if job else self.ip,
+            "state": job.state if job else ("UNKNOWN" if self.poller.unknown else ""),
+            "gpus": self.gpu_indices,
+            "log": self.job_log,
+            "time_left": "",
+        }
+        if job and job.end and job.running:
+            left = int((job.end - datetime.now()).total_seconds() // 60)
+            info["time_left"] = f"{left // 60} h {left % 60:02d} min" if left > 0 else "ending"
+        return info
 
     # -- state -------------------------------------------------------------
 
@@ -206,16 +514,27 @@ class PortalSpawner(SlurmSpawner):
         state["version"] = STATE_VERSION
         if self.job_slice:
             state["slice"] = self.job_slice.__dict__
+        if self.profile:
+            state["profile"] = self.profile.to_dict()
+        if self.gpu_indices:
+            state["gpu_indices"] = self.gpu_indices
         return state
 
     def load_state(self, state):
         super().load_state(state)
-        if state.get("slice"):
-            try:
+        try:
+            if state.get("slice"):
                 self.job_slice = Slice(**state["slice"])
-            except TypeError:
-                self.log.warning("Ignoring a saved slice of another version: %s", state["slice"])
+            if state.get("profile"):
+                # the revision this session started with; never re-applied to a new spawn
+                self.profile = profile_from_dict(state["profile"])
+        except (TypeError, ValueError) as e:
+            self.log.warning("Ignoring saved session details of another version: %s", e)
+        self.gpu_indices = state.get("gpu_indices", "")
 
     def clear_state(self):
         super().clear_state()
         self.job_slice = None
+        self.profile = None
+        self.gpu_indices = ""
+        self.port_reported = False

@@ -1,0 +1,60 @@
+"""The port report of batchspawner-singleuser, made safe.
+
+batchspawner's handler at ``/hub/api/batchspawner`` sets every spawner
+attribute named in the JSON it gets, checked only by the server's own token: a
+user could set, say, the command the hub runs next. This one accepts
+``{"port": N}`` and nothing else, with N a valid unprivileged port, once per
+spawn, for the spawner that owns the token, while that spawner is starting.
+It replaces batchspawner's entry in the hub's API handlers at import.
+"""
+
+import json
+
+from jupyterhub import apihandlers
+from jupyterhub.apihandlers import APIHandler
+from tornado import web
+
+import batchspawner.api  # noqa: F401 (registers the handler replaced below)
+
+ROUTE = r"/api/batchspawner"
+
+
+class PortReportHandler(APIHandler):
+    @web.authenticated
+    def post(self):
+        token = self.get_auth_token()
+        user = self.current_user
+        spawner = next(
+            (s for s in getattr(user, "spawners", {}).values() if s.api_token == token), None
+        )
+        if spawner is None or not hasattr(spawner, "report_port"):
+            raise web.HTTPError(403, "This token belongs to no starting portal server")
+        try:
+            body = json.loads(self.request.body or b"")
+        except ValueError:
+            raise web.HTTPError(400, "The body must be JSON") from None
+        if not isinstance(body, dict) or set(body) != {"port"}:
+            self.log.warning(
+                "Refused port report for %s with keys %s", user.name, sorted(body)[:10]
+                if isinstance(body, dict) else type(body).__name__,
+            )  # fmt: skip
+            raise web.HTTPError(400, 'Only {"port": N} is accepted')
+        port = body["port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+            raise web.HTTPError(400, "port must be a whole number from 1024 to 65535")
+        if spawner.pending != "spawn" or spawner.port_reported:
+            raise web.HTTPError(409, "The port of this server was already reported")
+        spawner.report_port(port)
+        self.log.info("Server of %s reported port %s", user.name, port)
+        self.set_status(201)
+        self.finish(json.dumps({"message": "port recorded"}))
+
+
+def install():
+    """Replace batchspawner's handler in the hub's API handlers (idempotent)."""
+    handlers = apihandlers.default_handlers
+    handlers[:] = [h for h in handlers if h[0] != ROUTE]
+    handlers.append((ROUTE, PortReportHandler))
+
+
+install()

@@ -1,0 +1,156 @@
+"""Spawner profiles: what a user may ask for.
+
+A profile names an environment, a partition, the most GPUs and hours a
+session may have, the slice per GPU (cores, memory) and the LDAP groups that
+may use it. The spawner reads profiles through a *source* (a callable that
+returns the current list) at every form render and every spawn, so an edit
+applies at the next spawn without a restart. Until the admin service's store
+backs it, the source is the site settings' ``[[profiles]]``.
+"""
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+
+from .slice import PARTITION_RE, SliceError, make_slice
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+ENV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+NODE_MAX_GPUS = 16
+MAX_HOURS = 24 * 30
+
+
+class ProfileError(ValueError):
+    """An invalid profile; ``field`` names the offending field."""
+
+    def __init__(self, message, field=None):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    display_name: str
+    partition: str
+    environment: str
+    description: str = ""
+    max_gpus: int = 4
+    cores_per_gpu: int = 8
+    mem_per_gpu_gb: int = 48
+    default_hours: int = 8
+    max_hours: int = 24
+    groups: tuple = field(default_factory=tuple)
+    enabled: bool = True
+    revision: int = 0
+
+    def allows(self, user_groups):
+        """Whether a member of ``user_groups`` may use this profile."""
+        return self.enabled and (not self.groups or bool(set(self.groups) & set(user_groups)))
+
+    def make_slice(self, gpus, hours=None):
+        """The slice for ``gpus`` and ``hours`` (default: the profile's), or SliceError."""
+        return make_slice(
+            gpus,
+            self.default_hours if hours in (None, "") else hours,
+            partition=self.partition,
+            max_gpus=self.max_gpus,
+            cores_per_gpu=self.cores_per_gpu,
+            mem_per_gpu_gb=self.mem_per_gpu_gb,
+            max_hours=self.max_hours,
+        )
+
+    def to_dict(self):
+        d = asdict(self)
+        d["groups"] = list(self.groups)
+        return d
+
+
+def _int(data, key, low, high):
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProfileError(f"{key} must be a whole number", key)
+    if not low <= value <= high:
+        raise ProfileError(f"{key} must be between {low} and {high}, not {value}", key)
+    return value
+
+
+def _text(data, key, pattern=None, max_len=200, required=True):
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise ProfileError(f"{key} must be text", key)
+    value = value.strip()
+    if required and not value:
+        raise ProfileError(f"{key} is required", key)
+    if len(value) > max_len:
+        raise ProfileError(f"{key} is longer than {max_len} characters", key)
+    if pattern and value and not pattern.match(value):
+        raise ProfileError(f"{key} {value[:40]!r} has characters that are not allowed", key)
+    if re.search(r"[<>\x00-\x1f]", value):
+        raise ProfileError(f"{key} may not contain markup or control characters", key)
+    return value
+
+
+def profile_from_dict(data, defaults=None):
+    """Validate a profile given as a dict (settings, form or JSON).
+
+    ``defaults`` fills missing keys (the site's slice settings). Checks what
+    can be checked without the cluster; the admin service adds the checks
+    against the live cluster.
+    """
+    if not isinstance(data, dict):
+        raise ProfileError("a profile must be an object")
+    data = {**(defaults or {}), **data}
+    known = {f.name for f in fields(Profile)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ProfileError(f"unknown field(s): {', '.join(unknown)}", unknown[0])
+    groups = data.get("groups", [])
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups):
+        raise ProfileError("groups must be a list of group names", "groups")
+    for group in groups:
+        if not GROUP_RE.match(group):
+            raise ProfileError(f"group {group[:40]!r} is not a valid group name", "groups")
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ProfileError("enabled must be true or false", "enabled")
+    profile = Profile(
+        name=_text(data, "name", NAME_RE, 32),
+        display_name=_text(data, "display_name", max_len=80),
+        description=_text(data, "description", max_len=500, required=False),
+        environment=_text(data, "environment", ENV_RE, 64),
+        partition=_text(data, "partition", PARTITION_RE, 64),
+        max_gpus=_int(data, "max_gpus", 1, NODE_MAX_GPUS),
+        cores_per_gpu=_int(data, "cores_per_gpu", 1, 256),
+        mem_per_gpu_gb=_int(data, "mem_per_gpu_gb", 1, 4096),
+        default_hours=_int(data, "default_hours", 1, MAX_HOURS),
+        max_hours=_int(data, "max_hours", 1, MAX_HOURS),
+        groups=tuple(sorted(set(groups))),
+        enabled=enabled,
+        revision=_int({"revision": data.get("revision", 0)}, "revision", 0, 2**31),
+    )
+    if profile.default_hours > profile.max_hours:
+        raise ProfileError(
+            f"default_hours ({profile.default_hours}) is more than max_hours ({profile.max_hours})",
+            "default_hours",
+        )
+    return profile
+
+
+def choose(profiles, name, user_groups):
+    """The profile ``name`` if this user may use it, else ProfileError (as the user sees it)."""
+    for profile in profiles:
+        if profile.name == name and profile.allows(user_groups):
+            return profile
+    if not isinstance(name, str) or not name:
+        raise ProfileError("Choose a profile", "profile")
+    raise ProfileError(f"Profile {name[:40]!r} is not available to you", "profile")
+
+
+__all__ = [
+    "Profile",
+    "ProfileError",
+    "SliceError",
+    "choose",
+    "profile_from_dict",
+]
