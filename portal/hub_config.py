@@ -51,9 +51,8 @@ def configure_auth(c, settings):
 
 
 def settings_profiles():
-    """The profiles of the site settings, read anew at each call (each spawn)."""
-    from spawners.profiles import profile_from_dict
-
+    """The profiles of the site settings, read anew at each call (each spawn),
+    as dicts with the [slurm] defaults filled in; the spawner validates them."""
     site = site_settings.load()
     slurm = site["slurm"]
     defaults = {
@@ -63,7 +62,7 @@ def settings_profiles():
         "default_hours": slurm["default_hours"],
         "max_hours": slurm["max_hours"],
     }
-    return [profile_from_dict(p, defaults) for p in site["profiles"]]
+    return [{**defaults, **p} for p in site["profiles"]]
 
 
 def configure_spawner(c, settings):

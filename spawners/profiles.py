@@ -100,7 +100,8 @@ def profile_from_dict(data, defaults=None):
     """
     if not isinstance(data, dict):
         raise ProfileError("a profile must be an object")
-    data = {**(defaults or {}), **data}
+    builtin = {f.name: f.default for f in fields(Profile) if isinstance(f.default, (int, str))}
+    data = {**builtin, **(defaults or {}), **data}
     known = {f.name for f in fields(Profile)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -181,7 +181,14 @@ class PortalSpawner(SlurmSpawner):
                     max_hours=self.max_hours,
                 )
             ]
-        return [p if isinstance(p, Profile) else profile_from_dict(p) for p in self.profile_source()]
+        profiles = []
+        for p in self.profile_source():
+            try:
+                profiles.append(p if isinstance(p, Profile) else profile_from_dict(p))
+            except ProfileError as e:
+                # one bad profile must not stop every spawn: leave it out, loudly
+                self.log.error("Profile %r left out: %s", p.get("name") if isinstance(p, dict) else p, e)
+        return profiles
 
     def user_groups(self):
         try:
@@ -421,7 +428,9 @@ class PortalSpawner(SlurmSpawner):
         if not self.job_id:
             return 0
         poller = self.poller
-        await poller.snapshot_since(time.monotonic() - poller.interval)
+        # the shared loop keeps the snapshot fresh; a stale one (the sweep at hub
+        # start) is refreshed once for all spawners
+        await poller.snapshot_since(time.monotonic() - 2 * poller.interval)
         if poller.is_gone(self.job_id, self.submitted_at):
             self.log.info("Job %s of %s is no longer in the queue", self.job_id, self.user.name)
             self.clear_state()

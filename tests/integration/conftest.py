@@ -6,6 +6,7 @@ is left alone."""
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,29 @@ state_dir = "{STATE}"
 
 [slurm]
 job_name = "{JOB_NAME}"
+poll_interval = 2.0
+cluster_interval = 2.0
+
+[[profiles]]
+name = "pytorch"
+display_name = "PyTorch"
+environment = "pytorch"
+max_gpus = 4
+
+[[profiles]]
+name = "tensorflow"
+display_name = "TensorFlow"
+environment = "tensorflow"
+max_gpus = 2
+
+[[profiles]]
+name = "vision"
+display_name = "Vision team"
+environment = "pytorch"
+max_gpus = 2
+default_hours = 2
+max_hours = 4
+groups = ["vision"]
 """
 
 
@@ -86,6 +110,43 @@ def login(hub, accounts):
         return client
 
     return _login
+
+
+def user_jobs(user):
+    return squeue("-n", JOB_NAME, "-u", user, "-o", "%i %T")
+
+
+def wait_no_jobs(user, timeout=30):
+    deadline = time.monotonic() + timeout
+    while user_jobs(user) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not user_jobs(user), f"jobs of {user} outlived Stop: {user_jobs(user)}"
+
+
+@pytest.fixture
+def session(login):
+    """session(name, **options) -> a logged-in client whose server is ready;
+    every session started this way is stopped at the end of the test."""
+    started = []
+
+    def _start(name, wait=True, **options):
+        client = login(name)
+        r = client.api("POST", f"/users/{name}/server", json=options or None)
+        assert r.status_code in (201, 202), r.text
+        started.append((client, name))
+        if wait:
+            client.wait_ready(name)
+        return client
+
+    yield _start
+    for client, name in started:
+        client.api("DELETE", f"/users/{name}/server")
+    for client, name in started:
+        try:
+            client.wait_stopped(name)
+        finally:
+            subprocess.run(["scancel", "-n", JOB_NAME, "-u", name], check=False)
+            wait_no_jobs(name)
 
 
 def squeue(*args):

@@ -4,11 +4,11 @@ import pwd
 import subprocess
 import time
 
-from tests.integration.conftest import JOB_NAME, scontrol_job, squeue
+from tests.integration.conftest import JOB_NAME, scontrol_job, squeue, user_jobs
 
 
 def job_of(user):
-    rows = squeue("-n", JOB_NAME, "-u", user, "-o", "%i %T")
+    rows = user_jobs(user)
     assert len(rows) == 1, f"expected one job of {user}, got {rows}"
     return rows[0][0]
 

@@ -1,0 +1,53 @@
+from datetime import datetime
+
+from spawners.poller import gpu_count, parse_sinfo, parse_squeue, parse_will_run
+
+SQUEUE = """\
+12|alice|RUNNING|vm|None|2026-11-22T20:00:00|2026-11-23T04:00:00|gres:gpu:2|gpu
+13|bob|PENDING||Resources|2026-11-23T04:00:00|2026-11-23T12:00:00|gres:gpu:4|gpu
+garbage line
+"""
+
+
+def test_parse_squeue():
+    jobs = parse_squeue(SQUEUE)
+    assert set(jobs) == {"12", "13"}
+    assert jobs["12"].running and jobs["12"].node == "vm"
+    assert jobs["12"].end == datetime(2026, 11, 23, 4)
+    assert jobs["13"].pending and jobs["13"].reason == "Resources" and jobs["13"].node == ""
+    assert jobs["13"].start == datetime(2026, 11, 23, 4)
+
+
+def test_gpu_count():
+    assert gpu_count("gpu:4") == 4
+    assert gpu_count("gpu:0") == 0
+    assert gpu_count("gpu:a100:2(IDX:0-1)") == 2
+    assert gpu_count("gpu:a100:2(S:0-1),gpu:v100:1(S:0)") == 3
+    assert gpu_count("(null)") == 0
+    assert gpu_count("shard:8,gpu:1(IDX:3)") == 1
+
+
+SINFO = """\
+a1    gpu*   gpu:a100:4(S:0-1)   gpu:a100:3(IDX:0-2)   24/8/0/32   mix     196608   147456   7-00:00:00
+a2    gpu*   gpu:a100:4(S:0-1)   gpu:a100:0(IDX:N/A)   0/32/0/32   idle    196608   0        7-00:00:00
+v1    gpu*   gpu:v100:8          gpu:v100:1(IDX:5)     8/56/0/64   mix     393216   49152    7-00:00:00
+d1    gpu*   gpu:v100:8          gpu:v100:0            0/0/64/64   down*   393216   0        7-00:00:00
+c1    cpu    (null)              gpu:0                 0/64/0/64   idle    262144   0        1-00:00:00
+"""
+
+
+def test_parse_sinfo_combines_mixed_nodes_per_partition():
+    parts = parse_sinfo(SINFO)
+    gpu = parts["gpu"]
+    assert gpu.gpus == 4 + 4 + 8 + 8
+    assert gpu.gpus_free == 1 + 4 + 7  # the down node offers nothing
+    assert gpu.largest_free == 7
+    assert gpu.largest_node.name in ("v1", "d1") and gpu.largest_node.gpus == 8
+    assert gpu.max_time == "7-00:00:00"
+    assert parts["cpu"].gpus == 0 and parts["cpu"].largest_free == 0
+
+
+def test_parse_will_run():
+    out = "sbatch: Job 57 to start at 2026-11-23T04:00:12 using 8 processors on nodes vm in partition gpu"
+    assert parse_will_run(out) == datetime(2026, 11, 23, 4, 0, 12)
+    assert parse_will_run("sbatch: error: Requested node configuration is not available") is None
