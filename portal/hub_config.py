@@ -89,6 +89,21 @@ def configure_spawner(c, settings):
     c.Spawner.http_timeout = 120
 
 
+def start_shared_poll(c):
+    """Start the shared Slurm poll with the hub rather than at the first spawn
+    page, so that page shows what is free from the start. JupyterHub loads its
+    config inside its running event loop; the poll starts once it runs."""
+    import asyncio
+
+    from spawners.spawner import PortalSpawner
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not inside the hub (e.g. --generate-config)
+        return
+    loop.call_soon(lambda: PortalSpawner(config=c).poller.poke())
+
+
 def public_url(settings):
     """The URL a person on this machine opens: the bind URL, 0.0.0.0 made local."""
     url = urlparse(settings["hub"]["bind_url"])

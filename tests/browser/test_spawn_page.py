@@ -1,0 +1,37 @@
+"""The spawn page in a real browser: the slice as the user chooses, what is
+free now, and the expected start when the request cannot start now."""
+
+import re
+
+from playwright.sync_api import expect
+
+
+def test_spawn_page_shows_slice_availability_and_expected_start(
+    page, browser_login, session, hub, shot
+):
+    browser_login(page, "alice")
+    expect(page.locator("#profile")).to_be_visible()
+    page.select_option("#gpus", "2")
+    expect(page.locator("#slice")).to_have_text(
+        "2 GPUs = 16 cores + 96 GB, partition gpu, time limit 8:00:00"
+    )
+    expect(page.locator("#queue-note")).to_have_text("Can start now.")
+    page.fill("#hours", "3")
+    expect(page.locator("#slice")).to_contain_text("time limit 3:00:00")
+    # the TensorFlow profile allows 2 GPUs at most
+    page.select_option("#profile", "tensorflow")
+    assert page.locator("#gpus option").count() == 2
+    shot(page, "spawn-page")
+
+    # fill the node; the page then says when a 1-GPU session would start
+    session("carol", profile="pytorch", gpus=4)
+    for _ in range(20):
+        page.goto(hub + "/hub/spawn")
+        if "0 of 4" in page.content() and "expected start" in page.locator("#queue-note").inner_text():
+            break
+        page.wait_for_timeout(1000)
+    expect(page.locator("#availability")).to_contain_text("0 of 4")
+    expect(page.locator("#queue-note")).to_have_text(
+        re.compile(r"No node has 1 GPU free now: the session will queue, expected start \w+ \d\d:\d\d\.")
+    )
+    shot(page, "spawn-page-full-node")
