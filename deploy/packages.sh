@@ -5,7 +5,7 @@ source "$(dirname "$0")/common.sh"
 
 PACKAGES=(
     # the one-machine cluster
-    slurmctld slurmd slurm-client munge
+    slurmctld slurmd slurm-client munge slurmdbd mariadb-server
     slapd ldap-utils nslcd libnss-ldapd sudo
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist

@@ -1,15 +1,35 @@
 #!/bin/bash
-# The embedded one-machine Slurm cluster: munge, slurmctld and slurmd on this
-# host, with one node that advertises the [cluster] settings of portal.toml
-# (cores, memory, GPUs) whatever the machine really has.
+# The embedded one-machine Slurm cluster: munge, MariaDB, slurmdbd, slurmctld
+# and slurmd on this host, with one node that advertises the [cluster]
+# settings of portal.toml (cores, memory, GPUs) whatever the machine really has.
 #
-#     deploy/slurm.sh start     # write /etc/slurm, start munged, slurmctld, slurmd
-#     deploy/slurm.sh stop      # stop them (Slurm's state files are kept)
+#     deploy/slurm.sh start     # write /etc/slurm, start munged, mariadbd,
+#                               # slurmdbd, slurmctld, slurmd (installs slurmdbd
+#                               # and mariadb-server if missing)
+#     deploy/slurm.sh stop      # stop them (Slurm's state and the database are kept)
 #     deploy/slurm.sh status    # exit 0 if all run and the node takes jobs, else 3
 #
 # The configuration lives in /etc/slurm, where the commands look by default,
-# so sinfo, squeue, scontrol and sbatch work for every user with no extra
-# environment. A slurm.conf that this script did not write is never replaced.
+# so sinfo, squeue, scontrol, sbatch and sacct work for every user with no
+# extra environment. A slurm.conf that this script did not write is never
+# replaced.
+#
+# Accounting: slurmdbd keeps the jobs in MariaDB (database slurm_acct_db, user
+# slurm@localhost), so `sacct` tells how a job ended, and a job's TRES include
+# its GPUs (gres/gpu=N: Slurm accepts AccountingStorageTRES=gres/gpu only with
+# slurmdbd). mariadbd runs as mysql on /var/lib/mysql, with its own options
+# file (/etc/mysql/portal-slurm.cnf), and listens on its Unix socket only
+# (skip-networking). The password of slurm@localhost is made once and kept in
+# /etc/slurm/slurmdbd.password and slurmdbd.conf (both root, 0600). The first
+# start initialises an empty /var/lib/mysql, creates the database and the
+# user, and registers the cluster and the account "portal".
+#
+# No association is required (AccountingStorageEnforce is unset): any user who
+# resolves here, LDAP users included, can submit with no sacctmgr entry; such
+# jobs show an empty Account in sacct. To charge a user to the account anyway:
+#     sacctmgr -i add user NAME account=portal
+# To start accounting over: stop, remove /var/lib/mysql, start.
+# shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
 SLURM_ETC=/etc/slurm
@@ -18,6 +38,9 @@ GRES_CONF=$SLURM_ETC/gres.conf
 RUN_DIR=/run/slurm
 CTLD_PID=$RUN_DIR/slurmctld.pid
 SLURMD_PID=$RUN_DIR/slurmd.pid
+DBD_PID=$RUN_DIR/slurmdbd.pid
+SLURMDBD_CONF=$SLURM_ETC/slurmdbd.conf
+DBD_PORT=6819
 STATE_DIR=/var/lib/slurm/slurmctld
 SPOOL_DIR=/var/spool/slurmd
 LOG_DIR=/var/log/slurm
@@ -25,6 +48,21 @@ MUNGE_KEY=/etc/munge/munge.key
 MUNGE_PID=/run/munge/munged.pid
 GPU_DEV=/dev/portal-gpu       # fake GPU character devices: ${GPU_DEV}0, 1, ...
 MARKER="# Written by deploy/slurm.sh of the Data Scientist Portal."
+
+# The accounting database: mariadbd as user mysql, on its Unix socket only.
+# The socket is the client library's default, which slurmdbd (StorageHost=
+# localhost) and the mariadb client use; root connects by unix_socket auth.
+DB_PACKAGES=(slurmdbd mariadb-server)
+MYSQL_CNF=/etc/mysql/portal-slurm.cnf
+MYSQL_DATA=/var/lib/mysql
+MYSQL_RUN=/run/mysqld
+MYSQL_SOCK=$MYSQL_RUN/mysqld.sock
+MYSQL_PID=$MYSQL_RUN/mysqld.pid
+MYSQL_LOG=$LOG_DIR/mariadb.log
+DB_NAME=slurm_acct_db
+DB_USER=slurm
+DB_PASS_FILE=$SLURM_ETC/slurmdbd.password   # root, 0600; never in the repository
+ACCOUNT=portal
 
 NODE=$(hostname -s)
 CPUS=$PORTAL_CLUSTER_NODE_CPUS
@@ -39,15 +77,46 @@ MAX_TIME=$PORTAL_CLUSTER_MAX_TIME
 # no file descriptor of ours but stdout and stderr, which it points at
 # /dev/null once detached (not this script's lock, not a pipe of whatever
 # called us, which would then wait for the daemon).
-launch() {
-    (
-        local fd
-        for fd in "/proc/$BASHPID/fd/"*; do
-            fd=${fd##*/}
-            if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
-        done
-        exec "$@" </dev/null
-    )
+close_fds() {
+    local fd
+    for fd in "/proc/$BASHPID/fd/"*; do
+        fd=${fd##*/}
+        if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done
+}
+launch() { ( close_fds; exec "$@" </dev/null ); }
+
+# launch_bg COMMAND...: the same for a daemon that stays in the foreground: in
+# the background, in a session of its own, its output discarded (it logs to a
+# file of its own).
+launch_bg() { ( close_fds; exec setsid "$@" </dev/null >/dev/null 2>&1 ) & }
+
+# stop_slow PIDFILE NAME SECONDS: stop_pidfile for a daemon that may need more
+# than 10 s to stop cleanly (mariadbd): TERM, wait up to SECONDS, then KILL.
+stop_slow() {
+    local pidfile=$1 name=$2 seconds=$3 pid i
+    pid_alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < seconds * 10; i++)); do proc_alive "$pid" || break; sleep 0.1; done
+    proc_alive "$pid" && { log "$name did not stop, killing"; kill -9 "$pid" || true; }
+    rm -f "$pidfile"
+    log "$name stopped"
+}
+
+# ---------------------------------------------------------------- packages
+
+# slurmdbd and mariadb-server, installed if missing (deploy/packages.sh lists
+# them too). Their own services are never used: this script runs the daemons.
+ensure_db_packages() {
+    local pkg missing=()
+    for pkg in "${DB_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 # ---------------------------------------------------------------- munge
@@ -149,16 +218,62 @@ DefMemPerCPU=$((MEM_MB / CPUS))
 EnforcePartLimits=ALL
 GresTypes=gpu
 
-# No accounting daemon; finished jobs are listed in $LOG_DIR/jobcomp.log.
-# (AccountingStorageTRES=gres/gpu would need slurmdbd: slurmctld refuses to
-# start with it. A job's GPUs show as TresPerNode=gres:gpu:N instead.)
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
+# Accounting in slurmdbd (sacct); a job's TRES include its GPUs (gres/gpu=N).
+# No AccountingStorageEnforce: users need no association to submit.
+# Finished jobs are also listed in $LOG_DIR/jobcomp.log.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=$MAX_TIME State=UP OverSubscribe=NO
+EOF
+}
+
+render_slurmdbd_conf() {
+    cat <<EOF
+$MARKER
+# Regenerated on every start. Holds the database password: root, 0600.
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$DBD_PID
+LogFile=$LOG_DIR/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=$DB_NAME
+StorageUser=$DB_USER
+StoragePass=$(cat "$DB_PASS_FILE")
+EOF
+}
+
+# mariadbd's only options file (--defaults-file): Debian's /etc/mysql/my.cnf,
+# which listens on 127.0.0.1:3306, is not read.
+render_mysql_cnf() {
+    cat <<EOF
+$MARKER
+# The accounting database of slurmdbd. Regenerated on every start.
+[mysqld]
+user = mysql
+datadir = $MYSQL_DATA
+socket = $MYSQL_SOCK
+pid-file = $MYSQL_PID
+log-error = $MYSQL_LOG
+skip-networking
+character-set-server = utf8mb4
+collation-server = utf8mb4_general_ci
+# slurmdbd logs an error below half its recommendations (1 GiB, 64 MiB, 900 s).
+# The buffer pool is only an upper bound: memory is taken as it fills.
+innodb_buffer_pool_size = 512M
+innodb_log_file_size = 64M
+innodb_lock_wait_timeout = 900
 EOF
 }
 
@@ -169,28 +284,45 @@ render_gres_conf() {
     fi
 }
 
-# write_if_changed FILE CONTENT: write FILE when it differs; status 0 if written.
+# write_if_changed FILE CONTENT [MODE]: write FILE (root, MODE, by default
+# 0644) when it differs; status 0 if written. Nobody else can read it meanwhile.
 write_if_changed() {
-    local file=$1 content=$2
+    local file=$1 content=$2 mode=${3:-0644}
     [ -f "$file" ] && [ "$(cat "$file")" = "$content" ] && return 1
     if [ -f "$file" ] && ! grep -qxF "$MARKER" "$file"; then
-        die "$file was not written by this script; move it away to let the embedded cluster use /etc/slurm"
+        die "$file was not written by this script; move it away to let the embedded cluster use its own"
     fi
-    printf '%s\n' "$content" >"$file.tmp"
-    chmod 0644 "$file.tmp"
+    (umask 077 && printf '%s\n' "$content" >"$file.tmp")
+    chown root:root "$file.tmp"
+    chmod "$mode" "$file.tmp"
     mv -f "$file.tmp" "$file"
     log "wrote $file"
 }
 
-# Write the configuration; status 0 if anything changed.
+# The password of $DB_USER@localhost: made once, kept in a root-only file.
+ensure_db_password() {
+    [ -s "$DB_PASS_FILE" ] && return 0
+    (umask 077 && /usr/bin/python3 -c 'import secrets; print(secrets.token_urlsafe(24))' >"$DB_PASS_FILE.tmp")
+    mv -f "$DB_PASS_FILE.tmp" "$DB_PASS_FILE"
+    log "new password of $DB_USER@localhost in $DB_PASS_FILE"
+}
+
+# Write the configuration. Sets SLURM_CHANGED (slurm.conf, gres.conf),
+# DBD_CHANGED (slurmdbd.conf) and DB_CHANGED (mariadbd's options) to 1 where
+# a file changed, else to 0.
 write_config() {
-    local changed=1 conf gres
+    local conf gres dbd cnf
+    install -d -m 0755 "$SLURM_ETC" "$(dirname "$MYSQL_CNF")"
+    ensure_db_password
     conf=$(render_slurm_conf)
     gres=$(render_gres_conf)
-    install -d -m 0755 "$SLURM_ETC"
-    write_if_changed "$SLURM_CONF" "$conf" && changed=0
-    write_if_changed "$GRES_CONF" "$gres" && changed=0
-    return $changed
+    dbd=$(render_slurmdbd_conf)
+    cnf=$(render_mysql_cnf)
+    SLURM_CHANGED=0 DBD_CHANGED=0 DB_CHANGED=0
+    if write_if_changed "$SLURM_CONF" "$conf"; then SLURM_CHANGED=1; fi
+    if write_if_changed "$GRES_CONF" "$gres"; then SLURM_CHANGED=1; fi
+    if write_if_changed "$SLURMDBD_CONF" "$dbd" 0600; then DBD_CHANGED=1; fi
+    if write_if_changed "$MYSQL_CNF" "$cnf"; then DB_CHANGED=1; fi
 }
 
 # ---------------------------------------------------------------- daemons
@@ -231,6 +363,87 @@ wait_daemon() {
     done
 }
 
+# ---------------------------------------------------------------- MariaDB
+
+# db_sql ARGS...: the mariadb client, as root (unix_socket auth), on the socket.
+db_sql() { mariadb --no-defaults --socket="$MYSQL_SOCK" -u root -N -B "$@"; }
+
+db_ok() { [ "$(db_sql -e 'SELECT 1' 2>/dev/null)" = 1 ]; }
+
+start_mariadb() {
+    install -d -o mysql -g mysql -m 0755 "$MYSQL_RUN"
+    install -d -m 0755 "$LOG_DIR"
+    [ -e "$MYSQL_LOG" ] || install -o mysql -g adm -m 0640 /dev/null "$MYSQL_LOG"
+    if [ "$DB_CHANGED" = 1 ] && pid_alive "$MYSQL_PID"; then
+        log "$MYSQL_CNF changed, restarting mariadbd"
+        stop_slow "$MYSQL_PID" mariadbd 60
+    fi
+    if ! pid_alive "$MYSQL_PID"; then
+        rm -f "$MYSQL_PID"
+        install -d -o mysql -g mysql -m 0755 "$MYSQL_DATA"
+        if [ ! -d "$MYSQL_DATA/mysql" ]; then
+            log "empty $MYSQL_DATA: initialising it (mariadb-install-db)"
+            mariadb-install-db --defaults-file="$MYSQL_CNF" --user=mysql --datadir="$MYSQL_DATA" \
+                --auth-root-authentication-method=socket --skip-test-db >>"$MYSQL_LOG" 2>&1 ||
+                die "mariadb-install-db failed (see $MYSQL_LOG)"
+        fi
+        log "starting mariadbd"
+        launch_bg /usr/sbin/mariadbd --defaults-file="$MYSQL_CNF"
+        # The pid file comes once mariadbd runs; wait_daemon needs it.
+        wait_for 30 "mariadbd writing $MYSQL_PID (see $MYSQL_LOG)" test -s "$MYSQL_PID"
+    fi
+    wait_daemon 60 mariadb "$MYSQL_PID" db_ok
+    # The database and its user, idempotently; the password from its file goes
+    # through stdin, never on a command line.
+    db_sql <<EOF || die "creating $DB_NAME and $DB_USER@localhost failed"
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$(cat "$DB_PASS_FILE")';
+ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$(cat "$DB_PASS_FILE")';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
+EOF
+}
+
+# ---------------------------------------------------------------- slurmdbd
+
+# sacctmgr_list ARGS...: `sacctmgr list ARGS`, parsable, no header; fails when
+# slurmdbd does not answer.
+sacctmgr_list() { timeout 10 sacctmgr -n -P list "$@" 2>/dev/null; }
+
+dbd_ok() { sacctmgr_list cluster format=cluster >/dev/null; }
+
+start_slurmdbd() {
+    install -d -m 0755 "$RUN_DIR" "$LOG_DIR"
+    if [ "$DBD_CHANGED" = 1 ] && pid_alive "$DBD_PID"; then
+        log "$SLURMDBD_CONF changed, restarting slurmdbd"
+        stop_pidfile "$DBD_PID" slurmdbd
+    fi
+    if ! pid_alive "$DBD_PID"; then
+        rm -f "$DBD_PID"
+        log "starting slurmdbd"
+        launch /usr/sbin/slurmdbd
+    fi
+    # Its first start creates the tables: allow for that.
+    wait_daemon 120 slurmdbd "$DBD_PID" dbd_ok
+}
+
+# The cluster and the account, once. Users need no association (see the top).
+register_cluster() {
+    local cluster
+    cluster=$(render_slurm_conf | sed -n 's/^ClusterName=//p')
+    if ! sacctmgr_list cluster "$cluster" format=cluster | grep -qxF "$cluster"; then
+        log "registering cluster $cluster in slurmdbd"
+        sacctmgr -i add cluster "$cluster" >/dev/null || die "sacctmgr add cluster $cluster failed"
+    fi
+    if ! sacctmgr_list account "$ACCOUNT" format=account | grep -qxF "$ACCOUNT"; then
+        log "adding account $ACCOUNT"
+        sacctmgr -i add account "$ACCOUNT" cluster="$cluster" \
+            description="Data Scientist Portal" organization=portal >/dev/null ||
+            die "sacctmgr add account $ACCOUNT failed"
+    fi
+}
+
+# ---------------------------------------------------------------- slurmctld, slurmd
+
 stop_slurm_daemons() {
     stop_pidfile "$SLURMD_PID" slurmd
     stop_pidfile "$CTLD_PID" slurmctld
@@ -238,7 +451,11 @@ stop_slurm_daemons() {
 
 start_slurm_daemons() {
     install -d -m 0755 "$RUN_DIR" "$LOG_DIR"
-    install -d -m 0700 "$STATE_DIR" "$SPOOL_DIR"
+    install -d -m 0700 "$STATE_DIR"
+    # 0755, as slurmd itself makes it: jobs exec their script from there as
+    # their user. (0700 here, on a start that leaves slurmd running, made
+    # every job fail with "execve(): .../slurm_script: Permission denied".)
+    install -d -m 0755 "$SPOOL_DIR"
     if ! pid_alive "$CTLD_PID"; then
         rm -f "$CTLD_PID"
         log "starting slurmctld"
@@ -281,20 +498,26 @@ check_gres() {
 }
 
 all_up() {
-    pid_alive "$MUNGE_PID" && pid_alive "$CTLD_PID" && pid_alive "$SLURMD_PID" && node_ready
+    pid_alive "$MUNGE_PID" && pid_alive "$MYSQL_PID" && pid_alive "$DBD_PID" &&
+        pid_alive "$CTLD_PID" && pid_alive "$SLURMD_PID" && node_ready
 }
 
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
     make_gpu_devices
-    local changed=1
-    write_config && changed=0
-    if [ "$changed" -ne 0 ] && all_up; then
+    write_config
+    if [ "$SLURM_CHANGED$DBD_CHANGED$DB_CHANGED" = 000 ] && all_up; then
         return 0                                   # the fast path
     fi
+    ensure_db_packages
     start_munge
-    if [ "$changed" -eq 0 ] && { pid_alive "$CTLD_PID" || pid_alive "$SLURMD_PID"; }; then
+    # The database and slurmdbd first, while slurmctld still runs: a changed
+    # slurm.conf then costs only the restart of slurmctld and slurmd.
+    start_mariadb
+    start_slurmdbd
+    register_cluster
+    if [ "$SLURM_CHANGED" = 1 ] && { pid_alive "$CTLD_PID" || pid_alive "$SLURMD_PID"; }; then
         # Node and gres definitions need restarts, not `scontrol reconfigure`.
         log "configuration changed, restarting slurmctld and slurmd"
         stop_slurm_daemons
@@ -306,14 +529,18 @@ cmd_start() {
 
 cmd_stop() {
     stop_slurm_daemons
+    stop_pidfile "$DBD_PID" slurmdbd
+    stop_slow "$MYSQL_PID" mariadbd 60
     stop_pidfile "$MUNGE_PID" munged
 }
 
 cmd_status() {
     local rc=0 name pidfile
-    for name in munged slurmctld slurmd; do
+    for name in munged mariadbd slurmdbd slurmctld slurmd; do
         case $name in
             munged) pidfile=$MUNGE_PID ;;
+            mariadbd) pidfile=$MYSQL_PID ;;
+            slurmdbd) pidfile=$DBD_PID ;;
             slurmctld) pidfile=$CTLD_PID ;;
             slurmd) pidfile=$SLURMD_PID ;;
         esac
