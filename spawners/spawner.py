@@ -330,11 +330,12 @@ class PortalSpawner(SlurmSpawner):
         self.log.debug("Batch script for %s:\n%s", self.user.name, script)
         try:
             await slurm.run(self._as_user(["mkdir", "-p", log_dir]), timeout=self.slurm_timeout)
-            self.submitted_at = time.monotonic()
             out = await slurm.run(
                 self._as_user(argv), input=script, env=env, timeout=self.slurm_timeout
             )
             self.job_id = slurm.parse_job_id(out)
+            # only a query begun after sbatch returned must list the job
+            self.submitted_at = time.monotonic()
         except slurm.SlurmError as e:
             self.log.error("Submission for %s failed: %s", self.user.name, e)
             raise web.HTTPError(
