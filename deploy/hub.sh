@@ -11,7 +11,25 @@ PROXY_PID=$STATE/proxy.pid
 HUB_PID=$STATE/jupyterhub.pid
 URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings, hub_config; print(hub_config.public_url(settings.load()))')
 
+# The notebook templates, where sessions copy them from (world-readable),
+# replaced whole so a session never sees half a copy.
+install_templates() {
+    local dest=$PORTAL_ENVS_PREFIX/notebook_templates
+    if [ -d "$dest" ] && diff -rq "$REPO_DIR/notebook_templates" "$dest" >/dev/null 2>&1; then
+        return 0
+    fi
+    rm -rf "$dest.new"
+    cp -r "$REPO_DIR/notebook_templates" "$dest.new"
+    chmod -R a+rX "$dest.new"
+    rm -rf "$dest.old"
+    [ -d "$dest" ] && mv "$dest" "$dest.old"
+    mv "$dest.new" "$dest"
+    rm -rf "$dest.old"
+    log "notebook templates installed in $dest"
+}
+
 prepare() {
+    install_templates
     install -d -m 0700 "$STATE"
     [ -s "$STATE/proxy_token" ] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/proxy_token")
     export CONFIGPROXY_AUTH_TOKEN

@@ -83,6 +83,8 @@ def configure_spawner(c, settings):
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]
     c.PortalSpawner.python_env = envs["jupyter"]
+    c.PortalSpawner.templates_dir = f"{envs['prefix']}/notebook_templates"
+    c.PortalSpawner.shared_data = settings["data"]["shared_data"]
     c.Spawner.default_url = "/lab"
     # A queued Slurm job may take a while; the spawn page shows why.
     c.Spawner.start_timeout = 900

@@ -121,6 +121,21 @@ class PortalSpawner(SlurmSpawner):
         Sessions are never dropped for it. Default 300.""",
     ).tag(config=True)
 
+    templates_dir = Unicode(
+        "",
+        help="""Folder of the notebook templates, readable on the nodes; each
+        session copies what is new into ``~/templates`` and never overwrites
+        the user's edited copies. Empty: no templates. Example:
+        ``/opt/portal/notebook_templates``.""",
+    ).tag(config=True)
+
+    shared_data = Unicode(
+        "",
+        help="""The shared data storage (the cluster's NFS/Isilon mount), linked
+        as ``~/shared-data`` unless that name is taken. Empty: no link.
+        Example: ``/srv/portal/datasets``.""",
+    ).tag(config=True)
+
     job_path = Unicode(
         "/usr/local/bin:/usr/bin:/bin",
         help="""PATH of the job before the environment is activated.""",
@@ -315,6 +330,8 @@ class PortalSpawner(SlurmSpawner):
             username=self.user.name,
             summary=job_slice.describe(),
             environment=self.python_env,
+            templates=self.templates_dir,
+            shared_data=self.shared_data,
             cmd=self.cmd_formatted_for_batch(),
         )
         argv = [

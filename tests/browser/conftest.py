@@ -5,14 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import (  # noqa: F401 (fixtures shared with the integration tests)
-    accounts,
-    cluster,
-    hub,
-    hub_env,
-    login,
-    session,
-)
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = [

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.hubclient import HubClient
-from tests.integration.conftest import JOB_NAME, deploy, squeue
+from tests.conftest import JOB_NAME, deploy, squeue
 from tests.loadusers import ensure_users
 
 SESSIONS = 20

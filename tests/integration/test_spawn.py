@@ -4,7 +4,7 @@ import pwd
 import subprocess
 import time
 
-from tests.integration.conftest import JOB_NAME, scontrol_job, squeue, user_jobs
+from tests.conftest import JOB_NAME, scontrol_job, squeue, user_jobs
 
 
 def job_of(user):

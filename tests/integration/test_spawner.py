@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from tests.integration.conftest import (
+from tests.conftest import (
     deploy,
     scontrol_job,
     user_jobs,

@@ -1,4 +1,6 @@
-"""The real services: the one-machine cluster (slapd, nslcd, munge,
+"""Fixtures of the tests against the real services (integration and browser).
+
+The real services: the one-machine cluster (slapd, nslcd, munge,
 slurmctld, slurmd), started or reused by `make test`, and a test hub with its
 own proxy, ports, database and Slurm job name, so a demo started by `make up`
 is left alone."""
@@ -13,7 +15,7 @@ import pytest
 
 from tests.hubclient import HubClient
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STATE = Path("/var/lib/portal/test-hub")
 PORT = 18000
 JOB_NAME = "portal-test"
@@ -91,7 +93,9 @@ def hub(cluster, hub_env):
     """A fresh test hub and proxy on :18000; stopped, and its jobs cancelled, at the end."""
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
-    subprocess.run(["rm", "-rf", str(STATE)], check=True)
+    # a fresh database; the logs are kept (appended) for debugging
+    for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret"):
+        (STATE / name).unlink(missing_ok=True)
     result = deploy("hub.sh", "start", env=hub_env, check=False)
     assert result.returncode == 0, result.stderr
     yield f"http://127.0.0.1:{PORT}"
