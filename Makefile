@@ -2,7 +2,7 @@
 DEPLOY := deploy
 PYTHON := /opt/portal/envs/hub/bin/python
 
-.PHONY: up down status accounts restart-hub test unit bench
+.PHONY: up down status accounts restart-hub test unit bench smoke
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -22,6 +22,7 @@ restart-hub:   ## restart the hub alone; the proxy, Slurm, slapd and sessions ke
 test:          ## install what the tests need, start the cluster, run every test
 	@bash $(DEPLOY)/packages.sh
 	@bash $(DEPLOY)/envs.sh
+	@bash $(DEPLOY)/data.sh
 	@bash $(DEPLOY)/ldap.sh start
 	@bash $(DEPLOY)/slurm.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -31,3 +32,6 @@ unit:          ## the unit tests only (no services)
 
 bench:         ## benchmarks (issue 8)
 	@echo "no benchmarks yet"
+
+smoke:         ## after an upgrade: each notebook template, briefly, as a Slurm job of a demo user
+	@$(PYTHON) $(DEPLOY)/smoke.py $(SMOKE_ARGS)

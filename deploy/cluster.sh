@@ -12,6 +12,7 @@ case ${1:-} in
         start=$SECONDS
         "$DEPLOY_DIR/packages.sh"
         "$DEPLOY_DIR/envs.sh"
+        "$DEPLOY_DIR/data.sh"
         if embedded; then
             "$DEPLOY_DIR/ldap.sh" start
             "$DEPLOY_DIR/slurm.sh" start

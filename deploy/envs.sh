@@ -2,7 +2,8 @@
 # Builds the Python environments from Debian's /usr/bin/python3 under the
 # world-readable prefix (jobs run them as the LDAP user, who cannot read
 # /root). Each is rebuilt only when its requirements (or, for the hub, the
-# repository's path or setup.cfg) changed.
+# repository's path or setup.cfg) changed. Then the kernels of the framework
+# environments and R go into the jupyter environment (deploy/kernels.py).
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
@@ -34,6 +35,29 @@ mkdir -p "$PORTAL_ENVS_PREFIX/envs"
 chmod 755 "$PORTAL_ENVS_PREFIX" "$PORTAL_ENVS_PREFIX/envs"
 
 build_env "$PORTAL_ENVS_JUPYTER" "$DEPLOY_DIR/requirements-jupyter.txt"
+
+# One environment per framework; [envs] framework_build picks CPU or CUDA builds.
+fw_envs=()
+for fw in $PORTAL_ENVS_FRAMEWORKS; do
+    reqs="$DEPLOY_DIR/frameworks/$fw-$PORTAL_ENVS_FRAMEWORK_BUILD.txt"
+    [ -f "$reqs" ] || die "no $reqs: check [envs] frameworks and framework_build"
+    build_env "$PORTAL_ENVS_PREFIX/envs/$fw" "$reqs"
+    fw_envs+=("$PORTAL_ENVS_PREFIX/envs/$fw")
+done
+
+# Their kernels (and R's) in the jupyter environment, the session's default
+# kernel, and modulefiles for terminals.
+modulefiles="$PORTAL_ENVS_PREFIX/modulefiles"
+/usr/bin/python3 "$DEPLOY_DIR/kernels.py" "$PORTAL_ENVS_JUPYTER" "$modulefiles" "${fw_envs[@]}"
+modulespath=/etc/environment-modules/modulespath
+if [ -f "$modulespath" ] && ! grep -qxF "$modulefiles" "$modulespath"; then
+    log "adding $modulefiles to $modulespath"
+    echo "$modulefiles" >> "$modulespath"
+fi
+# A session's terminal is a login shell, whose /etc/profile resets PATH: load
+# the session's environment again there.
+cmp -s "$DEPLOY_DIR/profile-portal.sh" /etc/profile.d/portal.sh ||
+    install -m 644 "$DEPLOY_DIR/profile-portal.sh" /etc/profile.d/portal.sh
 
 hub="$PORTAL_ENVS_PREFIX/envs/hub"
 build_env "$hub" "$DEPLOY_DIR/requirements-hub.txt"

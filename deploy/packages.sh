@@ -9,6 +9,8 @@ PACKAGES=(
     slapd ldap-utils nslcd libnss-ldapd sudo
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist
+    # the R kernel, and modulefiles for the environments in terminals
+    r-base-core r-cran-irkernel environment-modules
     # tests and tools
     chromium curl procps
 )
