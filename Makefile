@@ -2,7 +2,7 @@
 DEPLOY := deploy
 PYTHON := /opt/portal/envs/hub/bin/python
 
-.PHONY: up down status accounts restart-hub test unit bench smoke
+.PHONY: up down status accounts restart-hub test lint unit bench smoke
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -26,6 +26,9 @@ test:          ## install what the tests need, start the cluster, run every test
 	@bash $(DEPLOY)/ldap.sh start
 	@bash $(DEPLOY)/slurm.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+lint:          ## ruff: lint and format check of the Python code
+	@/opt/portal/envs/hub/bin/ruff check . && /opt/portal/envs/hub/bin/ruff format --check .
 
 unit:          ## the unit tests only (no services)
 	@$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)

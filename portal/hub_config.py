@@ -6,9 +6,9 @@ calls these; each only sets values on ``c`` from ``settings``.
 
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 from portal import settings as site_settings
-from urllib.parse import urlparse
 
 
 def configure_hub(c, settings):

@@ -65,9 +65,7 @@ def merge(defaults, overrides, source="site settings"):
                     f"known: {', '.join(sorted(defaults[section]))}"
                 )
             expected = type(defaults[section][key])
-            if not isinstance(value, expected) or (
-                expected is int and isinstance(value, bool)
-            ):
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise SettingsError(
                     f"{source}: [{section}] {key} must be {expected.__name__}, got {value!r}"
                 )

@@ -10,11 +10,10 @@ It replaces batchspawner's entry in the hub's API handlers at import.
 
 import json
 
+import batchspawner.api  # noqa: F401 (registers the handler replaced below)
 from jupyterhub import apihandlers
 from jupyterhub.apihandlers import APIHandler
 from tornado import web
-
-import batchspawner.api  # noqa: F401 (registers the handler replaced below)
 
 ROUTE = r"/api/batchspawner"
 

@@ -271,7 +271,7 @@ class SlurmPoller:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def watch(self, key):
@@ -293,7 +293,7 @@ class SlurmPoller:
         event = self._changed
         try:
             await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # -- queries ---------------------------------------------------------
@@ -387,7 +387,9 @@ class SlurmPoller:
     def is_gone(self, job_id, submitted):
         """Whether a successful query begun after ``submitted`` no longer lists the job."""
         snap = self.snapshot
-        return snap.ok and not snap.error and snap.started > submitted and str(job_id) not in snap.jobs
+        return (
+            snap.ok and not snap.error and snap.started > submitted and str(job_id) not in snap.jobs
+        )
 
     @property
     def unknown(self):

@@ -31,7 +31,7 @@ async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
         out, err = await asyncio.wait_for(
             proc.communicate(input.encode() if input is not None else None), timeout
         )
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
         raise SlurmError(f"{argv[0]} gave no answer within {timeout} s") from None

@@ -15,6 +15,7 @@ report, its traits); what changes:
 """
 
 import asyncio
+import grp
 import os
 import pwd
 import time
@@ -40,12 +41,9 @@ _html = Environment(
 )
 
 
-def unix_groups(username):
-    """The user's groups as the hub's NSS sees them (from LDAP, through nslcd)."""
-    import grp
-
-    entry = pwd.getpwnam(username)
-    return sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(username, entry.pw_gid))
+def unix_groups(entry):
+    """The groups of a passwd entry as the hub's NSS sees them (from LDAP, through nslcd)."""
+    return sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 class PortalSpawner(SlurmSpawner):
@@ -57,9 +55,9 @@ class PortalSpawner(SlurmSpawner):
         Example: ``portal.hub_config.settings_profiles``.""",
     ).tag(config=True)
 
-    partition = Unicode(
-        "gpu", help="""Partition of the default profile. Default ``gpu``."""
-    ).tag(config=True)
+    partition = Unicode("gpu", help="""Partition of the default profile. Default ``gpu``.""").tag(
+        config=True
+    )
     max_gpus = Integer(4, help="""Most GPUs of the default profile. Default 4.""").tag(config=True)
     cores_per_gpu = Integer(
         8,
@@ -202,18 +200,24 @@ class PortalSpawner(SlurmSpawner):
                 profiles.append(p if isinstance(p, Profile) else profile_from_dict(p))
             except ProfileError as e:
                 # one bad profile must not stop every spawn: leave it out, loudly
-                self.log.error("Profile %r left out: %s", p.get("name") if isinstance(p, dict) else p, e)
+                self.log.error(
+                    "Profile %r left out: %s", p.get("name") if isinstance(p, dict) else p, e
+                )
         return profiles
 
-    def user_groups(self):
+    def account(self):
+        """The user's passwd entry (LDAP, through NSS), or an error that says what to check."""
         try:
-            return unix_groups(self.user.name)
+            return pwd.getpwnam(self.user.name)
         except KeyError:
             raise web.HTTPError(
                 500,
                 f"The account {self.user.name} is not known as a Unix user on the hub: "
                 "check that LDAP users resolve (getent passwd).",
             ) from None
+
+    def user_groups(self):
+        return unix_groups(self.account())
 
     def offered_profiles(self):
         groups = self.user_groups()
@@ -255,7 +259,9 @@ class PortalSpawner(SlurmSpawner):
     def render_options_form(self):
         offered = self.offered_profiles()
         if not offered:
-            return "<p class='alert alert-warning'>No profile is available to you; ask your admin.</p>"
+            return (
+                "<p class='alert alert-warning'>No profile is available to you; ask your admin.</p>"
+            )
         poller = self.poller
         if not poller.partitions:
             poller.poke()  # the page never waits on Slurm; the next render has it
@@ -278,7 +284,11 @@ class PortalSpawner(SlurmSpawner):
                     },
                 }
             )
-        chosen = last.get("profile") if last.get("profile") in {p.name for p in offered} else offered[0].name
+        chosen = (
+            last.get("profile")
+            if last.get("profile") in {p.name for p in offered}
+            else offered[0].name
+        )
         return _html.get_template("form.html.j2").render(
             profiles=profiles,
             chosen=chosen,
@@ -294,14 +304,7 @@ class PortalSpawner(SlurmSpawner):
         return ["sudo", "-E", "-u", self.user.name, "--", *argv]
 
     def user_env(self, env):
-        try:
-            entry = pwd.getpwnam(self.user.name)
-        except KeyError:
-            raise web.HTTPError(
-                500,
-                f"The account {self.user.name} is not known as a Unix user on the hub: "
-                "check that LDAP users resolve (getent passwd).",
-            ) from None
+        entry = self.account()
         env.update(USER=self.user.name, HOME=entry.pw_dir, SHELL=entry.pw_shell)
         env["PATH"] = self.job_path
         return env
@@ -318,8 +321,11 @@ class PortalSpawner(SlurmSpawner):
 
     @property
     def job_log(self):
-        home = pwd.getpwnam(self.user.name).pw_dir
-        return os.path.join(home, self.log_dir, f"jupyter-{self.job_id}.log") if self.job_id else ""
+        return (
+            os.path.join(self.account().pw_dir, self.log_dir, f"jupyter-{self.job_id}.log")
+            if self.job_id
+            else ""
+        )
 
     async def submit_batch_script(self):
         job_slice = self.job_slice or self.load_user_options(self.user_options)

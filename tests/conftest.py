@@ -59,7 +59,10 @@ groups = ["vision"]
 def deploy(*args, env=None, check=True):
     return subprocess.run(
         ["bash", str(REPO / "deploy" / args[0]), *args[1:]],
-        env=env, check=check, capture_output=True, text=True,
+        env=env,
+        check=check,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -154,9 +157,7 @@ def session(login):
 
 
 def squeue(*args):
-    out = subprocess.run(
-        ["squeue", "-h", *args], check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run(["squeue", "-h", *args], check=True, capture_output=True, text=True).stdout
     return [line.split() for line in out.splitlines() if line.strip()]
 
 
@@ -164,6 +165,4 @@ def scontrol_job(job_id):
     out = subprocess.run(
         ["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True
     ).stdout
-    return dict(
-        field.split("=", 1) for field in out.split() if "=" in field
-    )
+    return dict(field.split("=", 1) for field in out.split() if "=" in field)

@@ -41,7 +41,10 @@ def ensure_users(count, prefix="load"):
                 },
             )  # fmt: skip
             assert conn.result["result"] == 0, conn.result
-        conn.modify(dn, {"userPassword": [(ldap3.MODIFY_REPLACE, [hashed(ldap3.HASHED_SALTED_SHA, password)])]})
+        conn.modify(
+            dn,
+            {"userPassword": [(ldap3.MODIFY_REPLACE, [hashed(ldap3.HASHED_SALTED_SHA, password)])]},
+        )
         assert conn.result["result"] == 0, conn.result
         conn.modify(users_group, {"memberUid": [(ldap3.MODIFY_ADD, [name])]})
         assert conn.result["result"] in (0, 20), conn.result  # 20: already a member

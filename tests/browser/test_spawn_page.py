@@ -27,11 +27,16 @@ def test_spawn_page_shows_slice_availability_and_expected_start(
     session("carol", profile="pytorch", gpus=4)
     for _ in range(20):
         page.goto(hub + "/hub/spawn")
-        if "0 of 4" in page.content() and "expected start" in page.locator("#queue-note").inner_text():
+        if (
+            "0 of 4" in page.content()
+            and "expected start" in page.locator("#queue-note").inner_text()
+        ):
             break
         page.wait_for_timeout(1000)
     expect(page.locator("#availability")).to_contain_text("0 of 4")
     expect(page.locator("#queue-note")).to_have_text(
-        re.compile(r"No node has 1 GPU free now: the session will queue, expected start \w+ \d\d:\d\d\.")
+        re.compile(
+            r"No node has 1 GPU free now: the session will queue, expected start \w+ \d\d:\d\d\."
+        )
     )
     shot(page, "spawn-page-full-node")

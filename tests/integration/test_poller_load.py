@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.hubclient import HubClient
 from tests.conftest import JOB_NAME, deploy, squeue
+from tests.hubclient import HubClient
 from tests.loadusers import ensure_users
 
 SESSIONS = 20
@@ -44,7 +44,9 @@ def big_node(tmp_path):
         f"[cluster]\nnode_gpus = {SESSIONS}\nnode_cpus = {8 * SESSIONS}\n"
         f"node_mem_mb = {48 * 1024 * SESSIONS}\n"
     )
-    result = deploy("slurm.sh", "start", env={**os.environ, "PORTAL_CONFIG": str(config)}, check=False)
+    result = deploy(
+        "slurm.sh", "start", env={**os.environ, "PORTAL_CONFIG": str(config)}, check=False
+    )
     assert result.returncode == 0, result.stderr
     yield
     subprocess.run(["scancel", "-n", JOB_NAME], check=False)
@@ -88,7 +90,9 @@ def test_job_info_rpcs_do_not_grow_with_sessions(hub, big_node, capsys):
             client.wait_stopped(name, timeout=120)
 
     with capsys.disabled():
-        print(f"\nsdiag job-info RPCs per {WINDOW} s: 1 session: {one}, {SESSIONS} sessions: {many}")
+        print(
+            f"\nsdiag job-info RPCs per {WINDOW} s: 1 session: {one}, {SESSIONS} sessions: {many}"
+        )
     # one shared poll: the same rate, not 20 times it (a little slack for the
     # other hub's poll, if one runs, and for the interval's edges)
     assert many <= one * 1.5 + 3, (one, many)

@@ -29,7 +29,10 @@ def test_gpus_give_the_right_slice(session, gpus):
     assert state == "RUNNING"
     t = tres(job_id)
     assert (t["gres/gpu"], t["cpu"], t["mem"], t["node"]) == (
-        str(gpus), str(8 * gpus), f"{48 * gpus}G", "1"
+        str(gpus),
+        str(8 * gpus),
+        f"{48 * gpus}G",
+        "1",
     )
     assert scontrol_job(job_id)["TimeLimit"] == "03:00:00"
 
@@ -163,7 +166,10 @@ def test_port_callback_accepts_only_the_port(session, hub):
     assert r.status_code == 403
     # the server still works, on its reported port
     model = alice.wait_ready("alice")
-    assert alice.session.get(alice.url(model["servers"][""]["url"] + "api/status")).status_code in (200, 403)
+    assert alice.session.get(alice.url(model["servers"][""]["url"] + "api/status")).status_code in (
+        200,
+        403,
+    )
 
 
 def lab_answers(client, name):

@@ -48,6 +48,9 @@ def test_parse_sinfo_combines_mixed_nodes_per_partition():
 
 
 def test_parse_will_run():
-    out = "sbatch: Job 57 to start at 2026-11-23T04:00:12 using 8 processors on nodes vm in partition gpu"
+    out = (
+        "sbatch: Job 57 to start at 2026-11-23T04:00:12 "
+        "using 8 processors on nodes vm in partition gpu"
+    )
     assert parse_will_run(out) == datetime(2026, 11, 23, 4, 0, 12)
     assert parse_will_run("sbatch: error: Requested node configuration is not available") is None

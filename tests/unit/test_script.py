@@ -21,14 +21,21 @@ def test_script_activates_environment_and_execs_command():
     script = render()
     assert script.startswith("#!/bin/bash\n")
     assert "source /opt/portal/envs/jupyter/bin/activate" in script
-    assert "exec /opt/portal/envs/jupyter/bin/batchspawner-singleuser jupyterhub-singleuser" in script
+    assert (
+        "exec /opt/portal/envs/jupyter/bin/batchspawner-singleuser jupyterhub-singleuser" in script
+    )
     assert "OMP_NUM_THREADS=$threads" in script
 
 
 def test_every_value_is_quoted():
     evil = "$(touch /tmp/pwned); `id`"
     script = render(
-        environment=evil, cmd=["x", evil], username=evil, summary=evil, templates=evil, shared_data=evil
+        environment=evil,
+        cmd=["x", evil],
+        username=evil,
+        summary=evil,
+        templates=evil,
+        shared_data=evil,
     )
     assert shlex.quote(evil + "/bin/activate") in script
     assert "exec x " + shlex.quote(evil) in script
@@ -41,7 +48,9 @@ def test_missing_value_is_an_error():
     import pytest
 
     with pytest.raises(jinja2.UndefinedError):
-        render_batch_script(username="alice", summary="x", environment="/e", templates="", shared_data="")
+        render_batch_script(
+            username="alice", summary="x", environment="/e", templates="", shared_data=""
+        )
 
 
 def test_landing_copies_templates_without_overwriting(tmp_path):
