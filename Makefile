@@ -2,7 +2,7 @@
 DEPLOY := deploy
 PYTHON := /opt/portal/envs/hub/bin/python
 
-.PHONY: up down status accounts restart-hub test lint unit bench smoke
+.PHONY: up down status accounts restart-hub test lint unit bench smoke labextension
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -38,3 +38,9 @@ bench:         ## benchmarks (issue 8)
 
 smoke:         ## after an upgrade: each notebook template, briefly, as a Slurm job of a demo user
 	@$(PYTHON) $(DEPLOY)/smoke.py $(SMOKE_ARGS)
+
+# Not `npm ci`: the lock lists only the rspack binaries our npm registry has
+# (Linux), and ci refuses a lock without every platform's; install keeps it.
+labextension:  ## rebuild the TensorBoard JupyterLab extension (portal/tensorboard/labextension/, committed) from labextension/
+	@cd labextension && npm install --no-audit --no-fund && npm run clean && \
+	    PATH=/opt/portal/envs/jupyter/bin:$$PATH npm run build

@@ -36,6 +36,24 @@ chmod 755 "$PORTAL_ENVS_PREFIX" "$PORTAL_ENVS_PREFIX/envs"
 
 build_env "$PORTAL_ENVS_JUPYTER" "$DEPLOY_DIR/requirements-jupyter.txt"
 
+# The portal package in the jupyter environment, for its server extensions
+# (portal.tensorboard, enabled by the etc/jupyter file it installs). A copy,
+# not editable: users cannot read this checkout. Re-installed when a file of
+# the package changes.
+stamp="$PORTAL_ENVS_JUPYTER/.portal-package"
+package_files=(portal spawners setup.cfg pyproject.toml README.md)
+want=$(cd "$REPO_DIR" && find "${package_files[@]}" -type f ! -path '*/__pycache__/*' -print0 |
+    sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing the portal package into $PORTAL_ENVS_JUPYTER"
+    src=$(mktemp -d)
+    trap 'rm -rf "$src"' EXIT
+    tar -C "$REPO_DIR" -c --exclude=__pycache__ "${package_files[@]}" | tar -C "$src" -x
+    pip_quiet "$PORTAL_ENVS_JUPYTER" install --no-deps --force-reinstall "$src"
+    rm -rf "$src"
+    echo "$want" > "$stamp"
+fi
+
 # One environment per framework; [envs] framework_build picks CPU or CUDA builds.
 fw_envs=()
 for fw in $PORTAL_ENVS_FRAMEWORKS; do

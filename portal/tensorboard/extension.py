@@ -1,0 +1,63 @@
+"""The Jupyter server extension app: handlers, settings, start and stop hooks."""
+
+import os
+
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.utils import url_path_join
+
+from .handlers import TensorBoardAPIHandler, TensorBoardProxyHandler, TensorBoardsAPIHandler
+from .logdir import ID_PATTERN
+from .manager import TensorBoardManager
+
+API_ENV = "PORTAL_TENSORBOARD_API"
+
+
+def api_url(serverapp):
+    """The API's URL for processes of the same node (kernels), or None."""
+    if serverapp.sock or not serverapp.port:
+        return None
+    host = serverapp.ip
+    if host in ("", "0.0.0.0", "*"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if serverapp.certfile else "http"
+    return f"{scheme}://{host}:{serverapp.port}" + url_path_join(
+        serverapp.base_url, "portal/api/tensorboards"
+    )
+
+
+class TensorBoardExtension(ExtensionApp):
+    name = "portal_tensorboard"
+    description = "TensorBoard per user, on a private Unix socket, behind the server's login"
+    load_other_extensions = True
+    classes = [TensorBoardManager]
+
+    def initialize_settings(self):
+        self.manager = TensorBoardManager(
+            parent=self,
+            log=self.log,
+            root_dir=os.path.expanduser(self.serverapp.root_dir),
+            base_url=self.serverapp.base_url,
+        )
+
+    def initialize_handlers(self):
+        kwargs = {"manager": self.manager}
+        self.handlers.extend(
+            [
+                ("portal/api/tensorboards", TensorBoardsAPIHandler, kwargs),
+                ("portal/api/tensorboards/([^/]+)", TensorBoardAPIHandler, kwargs),
+                (f"portal/tensorboard/({ID_PATTERN})(/.*)?", TensorBoardProxyHandler, kwargs),
+            ]
+        )
+
+    async def _start_jupyter_server_extension(self, serverapp):
+        # The server listens now: tell the kernels started from here where the API is.
+        url = api_url(serverapp)
+        if url:
+            os.environ[API_ENV] = url
+
+    async def stop_extension(self):
+        await self.manager.stop_all()
