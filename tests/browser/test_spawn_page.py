@@ -11,6 +11,10 @@ def test_spawn_page_shows_slice_availability_and_expected_start(
 ):
     browser_login(page, "alice")
     expect(page.locator("#profile")).to_be_visible()
+    # the form remembers the last session's values; start from the profile's defaults
+    page.select_option("#profile", "tensorflow")
+    page.select_option("#profile", "pytorch")
+    expect(page.locator("#hours")).to_have_value("8")
     page.select_option("#gpus", "2")
     expect(page.locator("#slice")).to_have_text(
         "2 GPUs = 16 cores + 96 GB, partition gpu, time limit 8:00:00"
