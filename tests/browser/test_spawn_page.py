@@ -38,6 +38,8 @@ def test_spawn_page_shows_slice_availability_and_expected_start(
             break
         page.wait_for_timeout(1000)
     expect(page.locator("#availability")).to_contain_text("0 of 4")
+    page.select_option("#profile", "pytorch")
+    page.select_option("#gpus", "1")
     expect(page.locator("#queue-note")).to_have_text(
         re.compile(
             r"No node has 1 GPU free now: the session will queue, expected start \w+ \d\d:\d\d\."
