@@ -92,7 +92,10 @@ def installed_version(env, module):
     """The version of the distribution providing ``module`` in ``env``, or ''."""
     result = subprocess.run(
         [str(env / "bin" / "python"), "-c", VERSION_OF_MODULE, module],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return result.stdout.strip()
 
@@ -107,8 +110,13 @@ def framework_kernel(env):
     version = installed_version(env, module)
     display = f"{label} {short_version(version)}" if version else label
     spec = {
-        "argv": [str(env / "bin" / "python"), "-m", "ipykernel_launcher",
-                 "-f", "{connection_file}"],
+        "argv": [
+            str(env / "bin" / "python"),
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ],
         "display_name": f"Python 3 ({display})",
         "language": "python",
         # jupyter_client fills in ${PATH} from the session's environment.
@@ -120,8 +128,13 @@ def framework_kernel(env):
 
 def python3_kernel(jupyter_env):
     return {
-        "argv": [str(jupyter_env / "bin" / "python"), "-m", "ipykernel_launcher",
-                 "-f", "{connection_file}"],
+        "argv": [
+            str(jupyter_env / "bin" / "python"),
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ],
         "display_name": "Python 3",
         "language": "python",
         "metadata": {"debugger": True, MARK: {"environment": "jupyter"}},
@@ -133,7 +146,10 @@ def r_kernel():
     if not shutil.which("Rscript"):
         return None
     result = subprocess.run(
-        ["Rscript", "-e", R_FACTS], capture_output=True, text=True, timeout=60,
+        ["Rscript", "-e", R_FACTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     facts = result.stdout.split("\n")
     if result.returncode != 0 or len(facts) < 3 or not facts[1]:
@@ -141,8 +157,7 @@ def r_kernel():
         return None
     r_bin, resources, version = facts[:3]
     spec = {
-        "argv": [f"{r_bin}/R", "--slave", "-e", "IRkernel::main()",
-                 "--args", "{connection_file}"],
+        "argv": [f"{r_bin}/R", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"],
         "display_name": f"R {short_version(version)}",
         "language": "R",
         "metadata": {MARK: {"environment": "r"}},
@@ -211,9 +226,7 @@ def main(argv):
         spec, label, version = framework_kernel(env)
         kernels[env.name] = (spec, None)
         others = [e.name for e in framework_envs if e != env]
-        modulefiles[env.name] = (
-            version or "default", modulefile(env, label, version, others)
-        )
+        modulefiles[env.name] = (version or "default", modulefile(env, label, version, others))
     r = r_kernel()
     if r:
         kernels["ir"] = r

@@ -63,7 +63,10 @@ def as_user(*cmd, env=None, timeout=60, check=True):
     }
     result = subprocess.run(
         ["sudo", "-u", USER, "env", *(f"{k}={v}" for k, v in session_env.items()), *cmd],
-        cwd="/tmp", capture_output=True, text=True, timeout=timeout,
+        cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check:
         assert result.returncode == 0, f"{cmd} failed as {USER}:\n{result.stderr[-3000:]}"
@@ -155,8 +158,14 @@ def kernel_cases():
 def test_kernel_starts_and_runs_code_as_the_user(kernel, probe, expected, two, workdir):
     start = time.monotonic()
     result = as_user(
-        f"{JUPYTER}/bin/python", "-c", RUN_CELLS, kernel, "1+1", probe,
-        env={"JUPYTER_RUNTIME_DIR": str(workdir)}, timeout=120,
+        f"{JUPYTER}/bin/python",
+        "-c",
+        RUN_CELLS,
+        kernel,
+        "1+1",
+        probe,
+        env={"JUPYTER_RUNTIME_DIR": str(workdir)},
+        timeout=120,
     )
     elapsed = time.monotonic() - start
     assert json.loads(result.stdout.splitlines()[-1]) == [["ok", two], ["ok", expected]]
@@ -183,7 +192,10 @@ print(config.MappingKernelManager.default_kernel_name)
 def test_default_kernel_is_the_environments(environment, default):
     config = JUPYTER / "etc" / "jupyter" / "jupyter_server_config.py"
     result = as_user(
-        f"{JUPYTER}/bin/python", "-c", DEFAULT_KERNEL, str(config),
+        f"{JUPYTER}/bin/python",
+        "-c",
+        DEFAULT_KERNEL,
+        str(config),
         env={"PORTAL_ENVIRONMENT": environment},
     )
     assert result.stdout.strip() == default
@@ -205,10 +217,20 @@ def server(workdir):
     starts it (jupyter env on PATH, stdout not a terminal)."""
     port, token = free_port(), secrets.token_hex(16)
     cmd = [
-        "sudo", "-u", USER, "env", f"PATH={JUPYTER}/bin:/usr/bin:/bin", "SHELL=/bin/bash",
-        "PORTAL_ENVIRONMENT=tensorflow", f"JUPYTER_RUNTIME_DIR={workdir}",
-        f"{JUPYTER}/bin/jupyter", "server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+        "sudo",
+        "-u",
+        USER,
+        "env",
+        f"PATH={JUPYTER}/bin:/usr/bin:/bin",
+        "SHELL=/bin/bash",
+        "PORTAL_ENVIRONMENT=tensorflow",
+        f"JUPYTER_RUNTIME_DIR={workdir}",
+        f"{JUPYTER}/bin/jupyter",
+        "server",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={workdir}",
     ]
     log = open(workdir / "server.log", "w")
@@ -254,11 +276,15 @@ async def test_terminal_is_a_login_bash_of_the_user_in_the_sessions_environment(
     ws = await websocket_connect(ws_url)
     try:
         # The echoed command shows "$(id -un)", the output shows the answer.
-        await ws.write_message(json.dumps([
-            "stdin",
-            'echo "RESULT:$(id -un):$0:$(shopt -q login_shell && echo login)'
-            ':$(command -v python)"\r',
-        ]))
+        await ws.write_message(
+            json.dumps(
+                [
+                    "stdin",
+                    'echo "RESULT:$(id -un):$0:$(shopt -q login_shell && echo login)'
+                    ':$(command -v python)"\r',
+                ]
+            )
+        )
         want = re.compile(r"RESULT:([^:\s]*):([^:\s]*):([^:\s]*):([^:\s]*)\r?\n")
         seen = ""
         while not want.search(seen):
@@ -289,7 +315,8 @@ def test_shared_data_has_fashion_mnist_readable_by_the_user():
     # The IDX files are gzipped (Debian's dataset-fashion-mnist): the labels'
     # header, read by alice, says IDX of unsigned bytes, 60000 items.
     header = as_user(
-        "/usr/bin/python3", "-c",
+        "/usr/bin/python3",
+        "-c",
         f"import gzip; print(gzip.open('{folder}/train-labels-idx1-ubyte.gz').read(8).hex())",
     ).stdout.strip()
     assert header == "00000801" + (60000).to_bytes(4, "big").hex()
