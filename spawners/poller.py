@@ -335,7 +335,7 @@ class SlurmPoller:
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()
 
-    async def snapshot_since(self, since, max_wait=None):
+    async def snapshot_since(self, since):
         """A snapshot begun after ``since`` (monotonic), querying if needed."""
         if self.snapshot.started < since or not self.snapshot.ok:
             await self.refresh()

@@ -11,7 +11,7 @@ backs it, the source is the site settings' ``[[profiles]]``.
 import re
 from dataclasses import asdict, dataclass, field, fields
 
-from .slice import PARTITION_RE, SliceError, make_slice
+from .slice import PARTITION_RE, FieldError, SliceError, make_slice
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -20,12 +20,8 @@ NODE_MAX_GPUS = 16
 MAX_HOURS = 24 * 30
 
 
-class ProfileError(ValueError):
-    """An invalid profile; ``field`` names the offending field."""
-
-    def __init__(self, message, field=None):
-        super().__init__(message)
-        self.field = field
+class ProfileError(FieldError):
+    """An invalid profile, or a profile the user may not use."""
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,16 @@ from dataclasses import dataclass
 PARTITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class SliceError(ValueError):
-    """A request that cannot become a slice; the message is shown to the user."""
+class FieldError(ValueError):
+    """Invalid input; the message is shown to the user, ``field`` names the field."""
 
     def __init__(self, message, field=None):
         super().__init__(message)
         self.field = field
+
+
+class SliceError(FieldError):
+    """A request that cannot become a slice."""
 
 
 @dataclass(frozen=True)
