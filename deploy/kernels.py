@@ -16,6 +16,10 @@ session's server reads:
 - jupyter_server_config.py, which makes the kernel of the session's
   environment ($PORTAL_ENVIRONMENT) the default one;
 
+``portal_tensorboard_magic`` (portal/tensorboard/magic.py) into the
+site-packages of every Python environment with a kernel, which its kernel
+loads: ``%tensorboard`` opens TensorBoard behind the session's login;
+
 and an environment-modules modulefile per framework environment,
 MODULEFILES_DIR/NAME/VERSION, for terminals (``module load pytorch``).
 
@@ -36,6 +40,8 @@ import sys
 from pathlib import Path
 
 DEPLOY_DIR = Path(__file__).resolve().parent
+MAGIC_SOURCE = DEPLOY_DIR.parent / "portal" / "tensorboard" / "magic.py"
+MAGIC_MODULE = "portal_tensorboard_magic"
 
 # Framework environment name -> (how people write it, the module it imports).
 # An environment not listed here is shown under its own name.
@@ -100,6 +106,35 @@ def installed_version(env, module):
     return result.stdout.strip()
 
 
+def python_argv(env):
+    """A Python kernel of ``env``, with the portal's ``%tensorboard``."""
+    return [
+        str(env / "bin" / "python"),
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+        f"--ext={MAGIC_MODULE}",
+    ]
+
+
+def install_magic(env):
+    """Copy portal/tensorboard/magic.py into the site-packages of ``env``."""
+    purelib = subprocess.run(
+        [
+            str(env / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    if write_if_changed(Path(purelib) / f"{MAGIC_MODULE}.py", MAGIC_SOURCE.read_bytes()):
+        log(f"%tensorboard of the portal in {env.name}")
+
+
 def kernel_json(spec):
     return json.dumps(spec, indent=1, sort_keys=True) + "\n"
 
@@ -110,13 +145,7 @@ def framework_kernel(env):
     version = installed_version(env, module)
     display = f"{label} {short_version(version)}" if version else label
     spec = {
-        "argv": [
-            str(env / "bin" / "python"),
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-        ],
+        "argv": python_argv(env),
         "display_name": f"Python 3 ({display})",
         "language": "python",
         # jupyter_client fills in ${PATH} from the session's environment.
@@ -128,13 +157,7 @@ def framework_kernel(env):
 
 def python3_kernel(jupyter_env):
     return {
-        "argv": [
-            str(jupyter_env / "bin" / "python"),
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-        ],
+        "argv": python_argv(jupyter_env),
         "display_name": "Python 3",
         "language": "python",
         "metadata": {"debugger": True, MARK: {"environment": "jupyter"}},
@@ -231,6 +254,8 @@ def main(argv):
     if r:
         kernels["ir"] = r
 
+    for env in [jupyter_env, *framework_envs]:
+        install_magic(env)
     for name, (spec, resources) in kernels.items():
         install_kernel(kernels_dir, name, spec, resources)
     for kernel_dir in sorted(kernels_dir.iterdir()):

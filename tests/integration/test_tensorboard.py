@@ -6,6 +6,7 @@ server's URL, behind the hub's login, from a Unix socket. bob, logged in to
 the same hub, gets neither the API nor TensorBoard's pages.
 """
 
+import json
 import os
 import pwd
 import re
@@ -21,17 +22,12 @@ from tests.conftest import REPO
 USER = "alice"
 HOME = pwd.getpwnam(USER).pw_dir
 LOGS = f"{HOME}/logs"
-RUN = f"{LOGS}/run1"
+JUPYTER = "/opt/portal/envs/jupyter"
 PYTORCH = "/opt/portal/envs/pytorch/bin/python"
-TAGS = ("loss", "accuracy")
-
-WRITE_EVENTS = f"""
-from torch.utils.tensorboard import SummaryWriter
-with SummaryWriter({RUN!r}) as writer:
-    for step in range(50):
-        writer.add_scalar("loss", 1.0 / (step + 1), step)
-        writer.add_scalar("accuracy", step / 50, step)
-"""
+# The PyTorch template as a user runs it, short: it logs under logs/pytorch/DATE.
+TEMPLATE = "/opt/portal/notebook_templates/pytorch/mnist-pytorch.ipynb"
+TEMPLATE_PARAMETERS = {"epochs": 1, "max_steps": 60, "log_every": 20}
+TAGS = ("train/loss", "train/accuracy", "test/accuracy")
 
 
 def as_user(user, *cmd, timeout=120):
@@ -113,18 +109,68 @@ def run_readme_snippet(env, then):
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def alice_logs():
-    """A fresh event file of alice's in ~/logs/run1, written as alice with PyTorch."""
-    as_user(USER, "rm", "-rf", RUN)
-    as_user(USER, "mkdir", "-p", LOGS)
-    as_user(USER, PYTORCH, "-c", WRITE_EVENTS)
-    assert any(name.startswith("events.out.tfevents") for name in os.listdir(RUN))
-    return RUN
+    """alice's ~/logs, written by the PyTorch template run with papermill as alice.
+
+    Returns the run's name as TensorBoard lists it (``pytorch/DATE``).
+    """
+    as_user(USER, "rm", "-rf", LOGS, f"{HOME}/tb-template.ipynb")
+    argv = [f"{JUPYTER}/bin/papermill", "--kernel", "pytorch", "--cwd", HOME, "--no-progress-bar"]
+    for key, value in TEMPLATE_PARAMETERS.items():
+        argv += ["-p", key, str(value)]
+    as_user(USER, *argv, TEMPLATE, f"{HOME}/tb-template.ipynb", timeout=600)
+    (run,) = os.listdir(f"{LOGS}/pytorch")
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(f"{LOGS}/pytorch/{run}"))
+    return f"pytorch/{run}"
+
+
+# Runs each cell in a kernel (the session's variables in its environment): what it showed.
+RUN_CELLS = """
+import json, sys
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=60)
+shown = []
+try:
+    for code in sys.argv[2:]:
+        out = []
+        def hook(msg):
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                out.append(content["text"])
+            elif msg["msg_type"] in ("execute_result", "display_data"):
+                out.append(content["data"].get("text/html", content["data"].get("text/plain")))
+            elif msg["msg_type"] == "error":
+                out.append(content["ename"] + ": " + content["evalue"])
+        reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
+        shown.append([reply["content"]["status"], "".join(out)])
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+print(json.dumps(shown))
+"""
+
+
+def run_cells_in_kernel(env, kernel, *cells):
+    """Cells in a new kernel of alice's with a session kernel's variables: [[status, shown]]."""
+    names = ("PORTAL_TENSORBOARD_API", "JUPYTERHUB_API_TOKEN")
+    result = subprocess.run(
+        ["sudo", f"--preserve-env={','.join(names)}", "-u", USER, f"{JUPYTER}/bin/python"]
+        + ["-c", RUN_CELLS, kernel, *cells],
+        env={**os.environ, **{name: env[name] for name in names}},
+        cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 @pytest.mark.slow
 def test_tensorboard_per_user(session, login, alice_logs, capsys):
+    run = alice_logs
     alice = session(USER)
     base, page = server_url(alice, USER)
     assert page.status_code == 200 and "JupyterLab" in page.text
@@ -172,18 +218,19 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     assert "<title>TensorBoard</title>" in page.text and "<tb-webapp" in page.text
     tags = alice.session.get(url + "data/plugin/scalars/tags", timeout=60)
     assert tags.status_code == 200
-    assert set(TAGS) <= set(tags.json()["run1"]), tags.text
+    assert set(TAGS) <= set(tags.json()[run]), tags.text
     scalars = alice.session.get(
-        url + "data/plugin/scalars/scalars", params={"run": "run1", "tag": "loss"}, timeout=60
+        url + "data/plugin/scalars/scalars", params={"run": run, "tag": "train/loss"}, timeout=60
     )
-    assert scalars.status_code == 200 and len(scalars.json()) == 50
+    # one point every log_every steps of max_steps
+    assert scalars.status_code == 200 and len(scalars.json()) == 3, scalars.text
     # TensorBoard's own POST queries pass (same origin, no XSRF token of Jupyter's) ...
-    form = [("tag", (None, "loss")), ("runs", (None, "run1"))]
+    form = [("tag", (None, "train/loss")), ("runs", (None, run))]
     origin = {"Origin": alice.base}
     multirun = alice.session.post(
         url + "data/plugin/scalars/scalars_multirun", files=form, headers=origin, timeout=60
     )
-    assert multirun.status_code == 200 and "run1" in multirun.json(), multirun.text[:300]
+    assert multirun.status_code == 200 and run in multirun.json(), multirun.text[:300]
     # ... but not from another site
     evil = alice.session.post(
         url + "data/plugin/scalars/scalars_multirun",
@@ -212,12 +259,12 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     for target in (url, url + "data/plugin/scalars/tags", api):
         r = bob.session.get(target, timeout=60)
         assert r.status_code in (403, 404), f"bob got {r.status_code} from {target}"
-        assert "run1" not in r.text and "<tb-webapp" not in r.text
+        assert run not in r.text and "<tb-webapp" not in r.text
     r = bob.session.post(api, json={"logdir": "logs"}, timeout=30)
     assert r.status_code in (403, 404), r.status_code
     # no login at all: redirected to the hub's login, never TensorBoard
     r = requests.get(url, allow_redirects=False, timeout=30)
-    assert r.status_code in (302, 403) and "run1" not in r.text
+    assert r.status_code in (302, 403) and run not in r.text
 
     # -- from a notebook: the README's snippet, with a kernel's environment --
     kernel = alice.session.post(
@@ -231,9 +278,24 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     shown = run_readme_snippet(env, 'print(tensorboard("logs").data)\ntensorboard("/etc")')
     assert f'<a href="{tb["url"]}" target="_blank">TensorBoard: logs</a>' in shown.stdout
     assert "RuntimeError: /etc is outside your home folder" in shown.stderr
+    # %tensorboard in a session's kernel: the same TensorBoard, inline, behind the login,
+    # also after `%load_ext tensorboard` (which registers TensorBoard's own TCP magic)
+    cells = run_cells_in_kernel(
+        env,
+        "pytorch",
+        "%load_ext tensorboard",
+        "%tensorboard --logdir logs",
+        "%tensorboard --logdir ../bob",
+        "%tensorboard",
+    )
+    assert cells[:2] == [["ok", ""], ["ok", cells[1][1]]]
+    assert f'<iframe src="{tb["url"]}"' in cells[1][1] and "new tab" in cells[1][1]
+    assert cells[2][0] == "error" and "UsageError" in cells[2][1] and ".." in cells[2][1]
+    assert cells[3][0] == "error" and "usage: %tensorboard --logdir" in cells[3][1]
+    assert len(tensorboard_processes(USER)) == 1, "%tensorboard started a second TensorBoard"
 
     # -- timing: one scalars request through the hub vs. on the socket ----
-    query = "data/plugin/scalars/scalars?run=run1&tag=loss"
+    query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
     cookie = "; ".join(f"{c.name}={c.value}" for c in alice.session.cookies)
     via_hub = [curl_seconds("-H", f"Cookie: {cookie}", url + query) for _ in range(20)]
     direct_url = f"http://tensorboard{tb['url']}{query}"
@@ -258,7 +320,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     assert r.status_code == 404 and "No TensorBoard" in r.json()["message"]
 
     # -- the server's stop stops its TensorBoards and removes their folder --
-    r = alice.session.post(api, json={"logdir": "logs/run1"}, headers=headers, timeout=120)
+    r = alice.session.post(api, json={"logdir": f"logs/{run}"}, headers=headers, timeout=120)
     assert r.status_code == 201, r.text
     ((_, cmdline),) = tensorboard_processes(USER).items()
     socket_dir = os.path.dirname(re.search(r"--socket (\S+)", cmdline).group(1))
