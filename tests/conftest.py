@@ -3,7 +3,11 @@
 The real services: the one-machine cluster (slapd, nslcd, munge,
 slurmctld, slurmd), started or reused by `make test`, and a test hub with its
 own proxy, ports, database and Slurm job name, so a demo started by `make up`
-is left alone."""
+is left alone.
+
+$PORTAL_TEST_PORT (default 18000) moves the test hub to other ports (PORT,
+PORT+81 for its API, PORT+1 for the proxy's), its own state folder and Slurm
+job name, so that two runs of the tests can share the cluster."""
 
 import json
 import os
@@ -16,15 +20,16 @@ import pytest
 from tests.hubclient import HubClient
 
 REPO = Path(__file__).resolve().parents[1]
-STATE = Path("/var/lib/portal/test-hub")
-PORT = 18000
-JOB_NAME = "portal-test"
+PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
+_SUFFIX = "" if PORT == 18000 else f"-{PORT}"
+STATE = Path(f"/var/lib/portal/test-hub{_SUFFIX}")
+JOB_NAME = f"portal-test{_SUFFIX}"
 
 TEST_SETTINGS = f"""
 [hub]
 bind_url = "http://127.0.0.1:{PORT}"
-api_port = 18081
-proxy_api_port = 18001
+api_port = {PORT + 81}
+proxy_api_port = {PORT + 1}
 db_url = "sqlite:///{STATE}/jupyterhub.sqlite"
 state_dir = "{STATE}"
 

@@ -17,7 +17,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import REPO
+from tests.conftest import PORT, REPO
 
 USER = "alice"
 HOME = pwd.getpwnam(USER).pw_dir
@@ -302,7 +302,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     direct = [curl_seconds("--unix-socket", socket_path, direct_url) for _ in range(20)]
     with capsys.disabled():
         print(
-            f"\nTensorBoard scalars request, median of 20: through the hub (:18000) "
+            f"\nTensorBoard scalars request, median of 20: through the hub (:{PORT}) "
             f"{statistics.median(via_hub) * 1000:.1f} ms, direct on the Unix socket "
             f"{statistics.median(direct) * 1000:.1f} ms"
         )
