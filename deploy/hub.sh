@@ -62,20 +62,37 @@ login_answers() {
     [ "$(curl -s -o /dev/null -w '%{http_code}' "${URL}hub/login")" = 200 ]
 }
 
+# The admin service answers through the proxy (it redirects to the hub's login;
+# before its route exists, the hub redirects to /hub/services/portal/).
+service_answers() {
+    local answer
+    answer=$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' "${URL}services/portal/")
+    [ "${answer%% *}" = 302 ] && [[ $answer != *"/hub/services/"* ]]
+}
+
 wait_ready() {
     local deadline=$((SECONDS + 60))
-    until pid_alive "$HUB_PID" && login_answers; do
+    until pid_alive "$HUB_PID" && login_answers && service_answers; do
         pid_alive "$HUB_PID" || { tail -n 30 "$STATE/jupyterhub.log" >&2; die "JupyterHub exited; its log is above"; }
-        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login did not answer within 60s (see $STATE/jupyterhub.log)"
+        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login or ${URL}services/portal/ did not answer within 60s (see $STATE/jupyterhub.log)"
         sleep 0.2
     done
     log "portal ready at $URL"
 }
 
+# The admin service exits within a second of its hub: wait for its port.
+wait_service_gone() {
+    for _ in $(seq 50); do
+        ss -Hltn "sport = :$PORTAL_PORTAL_SERVICE_PORT" | grep -q . || return 0
+        sleep 0.1
+    done
+    log "warning: something still listens on the service port $PORTAL_PORTAL_SERVICE_PORT"
+}
+
 case ${1:-} in
     start) prepare; start_proxy; start_hub; wait_ready ;;
-    stop) stop_pidfile "$HUB_PID" JupyterHub; stop_pidfile "$PROXY_PID" configurable-http-proxy ;;
-    restart) prepare; stop_pidfile "$HUB_PID" JupyterHub; start_proxy; start_hub; wait_ready ;;
+    stop) stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; stop_pidfile "$PROXY_PID" configurable-http-proxy ;;
+    restart) prepare; stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; start_proxy; start_hub; wait_ready ;;
     status)
         rc=0
         if pid_alive "$PROXY_PID"; then echo "proxy: running (pid $(cat "$PROXY_PID"))"; else echo "proxy: stopped"; rc=3; fi

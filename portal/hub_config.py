@@ -5,6 +5,7 @@ calls these; each only sets values on ``c`` from ``settings``.
 """
 
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -50,25 +51,99 @@ def configure_auth(c, settings):
     c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
 
 
+def profile_defaults(settings):
+    """The [slurm] values that profiles without their own take."""
+    slurm = settings["slurm"]
+    keys = ("partition", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours")
+    return {key: slurm[key] for key in keys}
+
+
 def settings_profiles():
-    """The profiles of the site settings, read anew at each call (each spawn),
-    as dicts with the [slurm] defaults filled in; the spawner validates them."""
+    """The profiles of the site settings, read anew at each call, as dicts with
+    the [slurm] defaults filled in; the spawner validates them. They seed the
+    profile store on its first start."""
     site = site_settings.load()
-    slurm = site["slurm"]
-    defaults = {
-        "partition": slurm["partition"],
-        "cores_per_gpu": slurm["cores_per_gpu"],
-        "mem_per_gpu_gb": slurm["mem_per_gpu_gb"],
-        "default_hours": slurm["default_hours"],
-        "max_hours": slurm["max_hours"],
+    return [{**profile_defaults(site), **p} for p in site["profiles"]]
+
+
+def store_url(settings):
+    from portal.store import default_url
+
+    return settings["portal"]["db_url"] or default_url(settings["hub"]["state_dir"])
+
+
+def cluster_snapshot(settings):
+    path = settings["portal"]["cluster_snapshot"]
+    return path or str(Path(settings["hub"]["state_dir"]) / "cluster.json")
+
+
+class StoreProfiles:
+    """The spawner's profile source: every profile of the store, read at each
+    call (each spawn page and spawn), so an admin's edit applies at the next
+    spawn. The store is created or migrated, and seeded from the site settings
+    on its first start, when the hub loads its configuration."""
+
+    def __init__(self, settings):
+        from portal.store import ProfileStore
+
+        self.store = ProfileStore(store_url(settings))
+        self.store.upgrade()
+        self.store.seed(settings_profiles())
+
+    def __call__(self):
+        return self.store.profiles()
+
+    def __deepcopy__(self, memo):
+        # traitlets deep-copies config values into each spawner: share the one store
+        return self
+
+
+def configure_service(c, settings):
+    """The admin service (portal.service) at /services/portal/, and who may edit."""
+    from portal.auth import group_name
+    from portal.service import ADMIN_SCOPE
+
+    portal = settings["portal"]
+    repo = Path(__file__).resolve().parent.parent
+    env = {"PORTAL_CONFIG": os.environ["PORTAL_CONFIG"]} if "PORTAL_CONFIG" in os.environ else {}
+    c.JupyterHub.services = [
+        {
+            "name": "portal",
+            "url": f"http://127.0.0.1:{portal['service_port']}",
+            "command": [sys.executable, "-m", "portal.service"],
+            "cwd": str(repo),
+            "environment": {"PYTHONPATH": str(repo), **env},
+            "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [ADMIN_SCOPE],
+        }
+    ]
+    c.JupyterHub.custom_scopes = {
+        ADMIN_SCOPE: {"description": "Create, edit and delete the portal's spawner profiles."}
     }
-    return [{**defaults, **p} for p in site["profiles"]]
+    # everyone logged in may open the service (profiles offered to them, the cluster)
+    c.JupyterHub.extra_user_scopes = {"access:services!service=portal"}
+    admin_groups = [group_name(dn) for dn in settings["ldap"]["admin_groups"]]
+    c.JupyterHub.load_roles = [
+        {
+            "name": "portal-admin",
+            "description": "Edits the portal's spawner profiles",
+            "scopes": [ADMIN_SCOPE],
+            "groups": admin_groups,
+        },
+        {
+            "name": "portal-service",
+            "description": "The admin service: lists sessions for the cluster page",
+            "scopes": ["list:users", "read:users", "read:servers"],
+            "services": ["portal"],
+        },
+    ]
 
 
 def configure_spawner(c, settings):
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
-    c.PortalSpawner.profile_source = settings_profiles
+    c.PortalSpawner.profile_source = StoreProfiles(settings)
+    c.PortalSpawner.cluster_snapshot = cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
     c.PortalSpawner.poll_interval_active = slurm["poll_interval_active"]

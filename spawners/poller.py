@@ -12,14 +12,20 @@ A query that fails or times out leaves the last good state in place: a job is
 gone only when a *successful* query, begun after the job was submitted, no
 longer lists it.
 
+After each query the poll writes what it knows to ``snapshot_path`` (JSON,
+see ``snapshot_to_json``), so the admin service validates profiles and shows
+the cluster from the same poll, without querying Slurm itself.
+
 The parsers are pure functions, tested without Slurm.
 """
 
 import asyncio
+import json
 import logging
+import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from . import slurm
@@ -191,6 +197,50 @@ def parse_sinfo(text):
     }
 
 
+def snapshot_to_json(partitions, jobs, cluster_error="", jobs_error="", now=None):
+    """What the poll knows, as JSON text (for ``snapshot_from_json``)."""
+
+    def job(j):
+        d = asdict(j)
+        d["start"] = j.start.isoformat() if j.start else None
+        d["end"] = j.end.isoformat() if j.end else None
+        return d
+
+    return json.dumps(
+        {
+            "time": (now or datetime.now()).isoformat(timespec="seconds"),
+            "cluster_error": cluster_error,
+            "jobs_error": jobs_error,
+            "partitions": {
+                p.name: {"max_time": p.max_time, "nodes": [asdict(n) for n in p.nodes]}
+                for p in partitions.values()
+            },
+            "jobs": [job(j) for j in jobs.values()],
+        },
+        indent=1,
+        sort_keys=True,
+    )
+
+
+def snapshot_from_json(text):
+    """``snapshot_to_json`` text -> (time, partitions, jobs, errors)."""
+    data = json.loads(text)
+    partitions = {
+        name: Partition(
+            name=name,
+            max_time=p["max_time"],
+            nodes=tuple(Node(**{**n, "partitions": tuple(n["partitions"])}) for n in p["nodes"]),
+        )
+        for name, p in data["partitions"].items()
+    }
+    jobs = {
+        j["id"]: Job(**{**j, "start": parse_time(j["start"]), "end": parse_time(j["end"])})
+        for j in data["jobs"]
+    }
+    errors = {"cluster": data.get("cluster_error", ""), "jobs": data.get("jobs_error", "")}
+    return datetime.fromisoformat(data["time"]), partitions, jobs, errors
+
+
 WILL_RUN_RE = re.compile(r"to start at (\S+)")
 
 
@@ -233,6 +283,7 @@ class SlurmPoller:
         self.unknown_grace = 300.0
         self.timeout = 20.0
         self.will_run_slice = None  # (cores_per_gpu, mem_per_gpu_gb, hours) for expected starts
+        self.snapshot_path = ""  # where each query's result is written for the admin service
         self.configure(**settings)
         self.snapshot = Snapshot()
         self.partitions = {}
@@ -246,6 +297,8 @@ class SlurmPoller:
         self._inflight = None
         self._task = None
         self._warned_unknown = False
+        self._written = ""
+        self._written_at = 0.0
 
     def configure(self, **settings):
         for key, value in settings.items():
@@ -334,6 +387,7 @@ class SlurmPoller:
         finally:
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()
+            self.write_snapshot()
 
     async def snapshot_since(self, since):
         """A snapshot begun after ``since`` (monotonic), querying if needed."""
@@ -351,7 +405,9 @@ class SlurmPoller:
         except slurm.SlurmError as e:
             self.cluster_error = str(e)
             log.warning("sinfo failed; keeping the last known cluster state: %s", e)
+            self.write_snapshot()
             return
+        self.write_snapshot()
         if self.will_run_slice:
             await self._refresh_expected_starts()
 
@@ -377,6 +433,29 @@ class SlurmPoller:
                 if start:
                     expected[(partition.name, gpus)] = start
         self.expected_start = expected
+
+    def write_snapshot(self):
+        """Write what is known to ``snapshot_path`` (atomically), when it changed."""
+        if not self.snapshot_path:
+            return
+        args = (self.partitions, self.snapshot.jobs, self.cluster_error, self.snapshot.error)
+        # the time stamp changes every query: compare without it, but rewrite at
+        # least every cluster interval, so that readers can tell the poll is live
+        same = snapshot_to_json(*args, now=datetime.min) == self._written
+        if same and time.monotonic() - self._written_at < self.cluster_interval:
+            return
+        content = snapshot_to_json(*args)
+        tmp = f"{self.snapshot_path}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(content)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.snapshot_path)
+        except OSError as e:
+            log.warning("could not write the cluster snapshot %s: %s", self.snapshot_path, e)
+            return
+        self._written = snapshot_to_json(*args, now=datetime.min)
+        self._written_at = time.monotonic()
 
     # -- reading ---------------------------------------------------------
 

@@ -4,10 +4,12 @@ A profile names an environment, a partition, the most GPUs and hours a
 session may have, the slice per GPU (cores, memory) and the LDAP groups that
 may use it. The spawner reads profiles through a *source* (a callable that
 returns the current list) at every form render and every spawn, so an edit
-applies at the next spawn without a restart. Until the admin service's store
-backs it, the source is the site settings' ``[[profiles]]``.
+applies at the next spawn without a restart. The hub's source is the admin
+service's store (``portal.hub_config.StoreProfiles``).
 """
 
+import grp
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 
@@ -134,6 +136,13 @@ def profile_from_dict(data, defaults=None):
     return profile
 
 
+def unix_groups(entry):
+    """The groups of a passwd entry as the hub's NSS sees them (from LDAP, through
+    nslcd): what ``Profile.groups`` is matched against, by the spawner and the
+    admin service alike."""
+    return sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(entry.pw_name, entry.pw_gid))
+
+
 def choose(profiles, name, user_groups):
     """The profile ``name`` if this user may use it, else ProfileError (as the user sees it)."""
     for profile in profiles:
@@ -150,4 +159,5 @@ __all__ = [
     "SliceError",
     "choose",
     "profile_from_dict",
+    "unix_groups",
 ]

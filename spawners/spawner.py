@@ -15,7 +15,6 @@ report, its traits); what changes:
 """
 
 import asyncio
-import grp
 import os
 import pwd
 import time
@@ -28,7 +27,7 @@ from traitlets import Any, Float, Integer, Unicode, default
 
 from . import slurm
 from .poller import SlurmPoller
-from .profiles import Profile, ProfileError, choose, profile_from_dict
+from .profiles import Profile, ProfileError, choose, profile_from_dict, unix_groups
 from .script import TEMPLATES, render_batch_script
 from .slice import Slice, SliceError
 
@@ -39,11 +38,6 @@ _html = Environment(
     loader=FileSystemLoader(str(TEMPLATES)),
     autoescape=select_autoescape(default=True),
 )
-
-
-def unix_groups(entry):
-    """The groups of a passwd entry as the hub's NSS sees them (from LDAP, through nslcd)."""
-    return sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 class PortalSpawner(SlurmSpawner):
@@ -119,6 +113,13 @@ class PortalSpawner(SlurmSpawner):
         Sessions are never dropped for it. Default 300.""",
     ).tag(config=True)
 
+    cluster_snapshot = Unicode(
+        "",
+        help="""File where the shared Slurm poll writes what it sees (JSON), for
+        the admin service's validation and cluster page. Default "" (none).
+        Example: ``/var/lib/portal/hub/cluster.json``.""",
+    ).tag(config=True)
+
     templates_dir = Unicode(
         "",
         help="""Folder of the notebook templates, readable on the nodes; each
@@ -173,6 +174,7 @@ class PortalSpawner(SlurmSpawner):
             unknown_grace=self.unknown_grace,
             timeout=self.slurm_timeout,
             will_run_slice=(self.cores_per_gpu, self.mem_per_gpu_gb, self.default_hours),
+            snapshot_path=self.cluster_snapshot,
         )
         poller.ensure_running()
         return poller
@@ -528,6 +530,7 @@ class PortalSpawner(SlurmSpawner):
         info = {
             "job_id": self.job_id,
             "profile": self.profile.display_name if self.profile else "",
+            "revision": self.profile.revision if self.profile else 0,
             "slice": self.job_slice,
             "node": job.node if job else self.ip,
             "state": job.state if job else ("UNKNOWN" if self.poller.unknown else ""),

@@ -6,7 +6,8 @@ own proxy, ports, database and Slurm job name, so a demo started by `make up`
 is left alone.
 
 $PORTAL_TEST_PORT (default 18000) moves the test hub to other ports (PORT,
-PORT+81 for its API, PORT+1 for the proxy's), its own state folder and Slurm
+PORT+81 for its API, PORT+1 for the proxy's, PORT+2 for the
+portal service), its own state folder and Slurm
 job name, so that two runs of the tests can share the cluster."""
 
 import json
@@ -32,6 +33,9 @@ api_port = {PORT + 81}
 proxy_api_port = {PORT + 1}
 db_url = "sqlite:///{STATE}/jupyterhub.sqlite"
 state_dir = "{STATE}"
+
+[portal]
+service_port = {PORT + 2}
 
 [slurm]
 job_name = "{JOB_NAME}"
@@ -102,7 +106,8 @@ def hub(cluster, hub_env):
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
     # a fresh database; the logs are kept (appended) for debugging
-    for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret"):
+    store = ("portal.sqlite", "portal.sqlite-wal", "portal.sqlite-shm", "cluster.json")
+    for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret", *store):
         (STATE / name).unlink(missing_ok=True)
     result = deploy("hub.sh", "start", env=hub_env, check=False)
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,159 @@
+"""The cluster as the hub's shared Slurm poll last saw it, for the admin service.
+
+The hub's poll (``spawners.poller``) writes its snapshot to a JSON file after
+each query; the service reads it, so validating a profile or showing the
+cluster page costs Slurm nothing. When the snapshot is missing or older than
+``max_age`` (the hub is down), the service asks ``sinfo`` itself, once per
+``max_age`` at most, with the same parser.
+
+``check_profile`` is where a profile is checked against the cluster; pure,
+tested without Slurm.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from spawners import slurm
+from spawners.poller import SINFO_FIELDS, parse_sinfo, snapshot_from_json
+from spawners.profiles import ProfileError
+
+log = logging.getLogger("portal.cluster")
+
+
+@dataclass
+class ClusterView:
+    partitions: dict = field(default_factory=dict)  # name -> spawners.poller.Partition
+    jobs: dict = field(default_factory=dict)  # id -> spawners.poller.Job
+    at: datetime | None = None
+    source: str = ""  # "the hub's poll" or "sinfo"
+    error: str = ""
+
+
+def max_time_minutes(text):
+    """A partition's MaxTime in minutes; None when unlimited or unknown.
+
+    Slurm writes ``UNLIMITED``, ``infinite``, ``MM``, ``MM:SS``, ``HH:MM:SS``,
+    ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+    """
+    text = (text or "").strip().lower()
+    if not text or text in ("unlimited", "infinite", "n/a"):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        day_count = int(days) if days else 0
+        parts = [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if days:  # D-HH[:MM[:SS]]
+        hours, minutes = parts[0], parts[1] if len(parts) > 1 else 0
+    elif len(parts) == 3:
+        hours, minutes = parts[0], parts[1]
+    else:  # MM or MM:SS
+        hours, minutes = 0, parts[0]
+    return day_count * 1440 + hours * 60 + minutes
+
+
+def check_profile(profile, partitions):
+    """ProfileError (naming the field) unless ``profile`` fits the cluster.
+
+    ``partitions``: {name: spawners.poller.Partition}. The partition must
+    exist; one of its nodes must hold ``max_gpus`` GPUs with the cores and the
+    memory that many GPUs bring; ``max_hours`` must be within MaxTime.
+    """
+    if not partitions:
+        raise ProfileError(
+            "The cluster's partitions are not known (Slurm did not answer); try again", "partition"
+        )
+    partition = partitions.get(profile.partition)
+    if partition is None:
+        known = ", ".join(sorted(partitions))
+        raise ProfileError(
+            f"Partition {profile.partition!r} does not exist (partitions: {known})", "partition"
+        )
+    nodes = list(partition.nodes)
+    most_gpus = max((n.gpus for n in nodes), default=0)
+    if profile.max_gpus > most_gpus:
+        raise ProfileError(
+            f"max_gpus {profile.max_gpus} is more than the largest node of partition "
+            f"{partition.name!r} has ({most_gpus} GPUs)",
+            "max_gpus",
+        )
+    big = [n for n in nodes if n.gpus >= profile.max_gpus]
+    cores = profile.cores_per_gpu * profile.max_gpus
+    most_cores = max(n.cpus for n in big)
+    if cores > most_cores:
+        raise ProfileError(
+            f"cores_per_gpu {profile.cores_per_gpu} × {profile.max_gpus} GPUs = {cores} cores: "
+            f"no node of {partition.name!r} with {profile.max_gpus} GPUs has more than "
+            f"{most_cores}",
+            "cores_per_gpu",
+        )
+    mem_gb = profile.mem_per_gpu_gb * profile.max_gpus
+    most_mem = max(n.mem_mb for n in big if n.cpus >= cores) // 1024
+    if mem_gb > most_mem:
+        raise ProfileError(
+            f"mem_per_gpu_gb {profile.mem_per_gpu_gb} × {profile.max_gpus} GPUs = {mem_gb} GB: "
+            f"no node of {partition.name!r} with {profile.max_gpus} GPUs has more than "
+            f"{most_mem} GB",
+            "mem_per_gpu_gb",
+        )
+    limit = max_time_minutes(partition.max_time)
+    if limit is not None and profile.max_hours * 60 > limit:
+        raise ProfileError(
+            f"max_hours {profile.max_hours} is beyond the MaxTime of partition "
+            f"{partition.name!r} ({partition.max_time}, {limit // 60} h)",
+            "max_hours",
+        )
+
+
+def resource_lines(profile):
+    """The sbatch resource options of a 1-GPU and a max-GPU session (default hours)."""
+    lines = {}
+    for gpus in sorted({1, profile.max_gpus}):
+        job_slice = profile.make_slice(gpus, profile.default_hours)
+        lines[gpus] = "sbatch " + " ".join(job_slice.sbatch_args())
+    return lines
+
+
+class ClusterSource:
+    """Reads the hub's snapshot; falls back to its own sinfo when it is stale."""
+
+    def __init__(self, snapshot_path, max_age=90.0, timeout=20.0):
+        self.snapshot_path = snapshot_path
+        self.max_age = max_age
+        self.timeout = timeout
+        self._own = None
+        self._own_at = 0.0
+
+    async def view(self):
+        view = self._from_snapshot()
+        if view is not None:
+            return view
+        if self._own is None or time.monotonic() - self._own_at > self.max_age:
+            self._own_at = time.monotonic()
+            self._own = await self._from_sinfo()
+        return self._own
+
+    def _from_snapshot(self):
+        try:
+            with open(self.snapshot_path) as f:
+                at, partitions, jobs, errors = snapshot_from_json(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("unreadable cluster snapshot %s: %s", self.snapshot_path, e)
+            return None
+        if (datetime.now() - at).total_seconds() > self.max_age:
+            return None
+        error = errors["cluster"] or errors["jobs"]
+        return ClusterView(partitions, jobs, at, "the hub's poll", error)
+
+    async def _from_sinfo(self):
+        argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
+        try:
+            partitions = parse_sinfo(await slurm.run(argv, timeout=self.timeout))
+        except slurm.SlurmError as e:
+            return ClusterView(at=datetime.now(), source="sinfo", error=str(e))
+        return ClusterView(partitions, {}, datetime.now(), "sinfo")

@@ -1,0 +1,15 @@
+"""Alembic environment of the profile store (run by ``ProfileStore.upgrade``)."""
+
+from alembic import context
+
+from portal.store import VERSION_TABLE, Base
+
+connection = context.config.attributes["connection"]
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    version_table=VERSION_TABLE,
+    render_as_batch=True,  # SQLite alters tables by copying them
+)
+with context.begin_transaction():
+    context.run_migrations()

@@ -1,0 +1,12 @@
+"""The portal's admin service, ``/services/portal/``: spawner profiles and the cluster.
+
+A JupyterHub-managed service (started by the hub as
+``[sys.executable, "-m", "portal.service"]``, see ``portal.hub_config``) with
+its own store (``portal.store``). Everyone logged in to the hub may read the
+profiles offered to them and the cluster page; hub admins and holders of the
+``custom:portal:admin`` scope (the ``portal-admin`` role, granted to the
+``[ldap] admin_groups``) edit profiles, in pages and through the JSON API
+``/services/portal/api/profiles``.
+"""
+
+ADMIN_SCOPE = "custom:portal:admin"

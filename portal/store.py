@@ -1,0 +1,340 @@
+"""The profile store: spawner profiles, their revisions and who changed them.
+
+SQLAlchemy on any URL (SQLite by default, ``[portal] db_url``); the schema is
+kept by alembic migrations (portal/migrations, version table
+``portal_alembic_version``), so an upgrade keeps the data. The admin service
+writes; the hub's spawner reads the enabled profiles at every spawn
+(``ProfileStore.profiles``), so an edit applies at the next spawn.
+
+Every change is a row of ``portal_profile_changes`` with its author, time and
+the profile before and after. Writes name the revision they edit: saving over
+a newer revision raises ``Conflict`` (optimistic locking), never overwrites.
+"""
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+
+from spawners.profiles import Profile, ProfileError, profile_from_dict
+
+log = logging.getLogger("portal.store")
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+VERSION_TABLE = "portal_alembic_version"
+# The fields of a profile that the store keeps (and the history compares).
+FIELDS = (
+    "display_name",
+    "description",
+    "environment",
+    "partition",
+    "max_gpus",
+    "cores_per_gpu",
+    "mem_per_gpu_gb",
+    "default_hours",
+    "max_hours",
+    "groups",
+    "enabled",
+)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ProfileRow(Base):
+    __tablename__ = "portal_profiles"
+    name = Column(String(32), primary_key=True)
+    display_name = Column(String(80), nullable=False)
+    description = Column(Text, nullable=False, default="")
+    environment = Column(String(64), nullable=False)
+    partition = Column(String(64), nullable=False)
+    max_gpus = Column(Integer, nullable=False)
+    cores_per_gpu = Column(Integer, nullable=False)
+    mem_per_gpu_gb = Column(Integer, nullable=False)
+    default_hours = Column(Integer, nullable=False)
+    max_hours = Column(Integer, nullable=False)
+    groups = Column(JSON, nullable=False, default=list)
+    enabled = Column(Boolean, nullable=False, default=True)
+    revision = Column(Integer, nullable=False, default=1)
+    position = Column(Integer, nullable=False, default=0)  # order on the spawn page
+    updated_at = Column(DateTime, nullable=False)
+    updated_by = Column(String(255), nullable=False)
+
+    def profile(self):
+        return profile_from_dict(
+            {"name": self.name, "revision": self.revision} | {f: getattr(self, f) for f in FIELDS}
+        )
+
+
+class ProfileChange(Base):
+    __tablename__ = "portal_profile_changes"
+    id = Column(Integer, primary_key=True, autoincrement=True)
+    profile = Column(String(32), nullable=False, index=True)
+    revision = Column(Integer, nullable=False)  # the revision this change made (or deleted)
+    action = Column(String(16), nullable=False)  # seed create update enable disable revert delete
+    author = Column(String(255), nullable=False)
+    at = Column(DateTime, nullable=False)
+    before = Column(JSON, nullable=True)
+    after = Column(JSON, nullable=True)
+
+    def to_dict(self):
+        return {
+            "id": self.id,
+            "profile": self.profile,
+            "revision": self.revision,
+            "action": self.action,
+            "author": self.author,
+            "at": self.at.isoformat(timespec="seconds"),
+            "before": self.before,
+            "after": self.after,
+            "changes": diff(self.before, self.after),
+        }
+
+
+class Meta(Base):
+    __tablename__ = "portal_meta"
+    key = Column(String(64), primary_key=True)
+    value = Column(Text, nullable=False)
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(Exception):
+    """A write based on a revision that is no longer the current one."""
+
+    def __init__(self, current, changes, change):
+        self.current = current  # the Profile now stored
+        self.changes = changes  # {field: (at the base revision, now)}
+        self.change = change  # the latest ProfileChange dict
+        who = change["author"] if change else "someone"
+        listed = "; ".join(f"{k}: {_show(a)} → {_show(b)}" for k, (a, b) in changes.items())
+        super().__init__(
+            f"Profile {current.name!r} was changed by {who} (now revision {current.revision}) "
+            f"since you opened it: {listed or 'no field differs'}. Nothing was saved; "
+            "check the values and save again."
+        )
+
+
+def _show(value):
+    if isinstance(value, list):
+        return ", ".join(value) or "(none)"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def fields_of(profile):
+    """The stored fields of a Profile (or dict), as JSON-able values."""
+    d = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
+    return {f: list(d[f]) if f == "groups" else d[f] for f in FIELDS}
+
+
+def diff(before, after):
+    """{field: (before, after)} for the fields that differ."""
+    before, after = before or {}, after or {}
+    return {
+        f: (before.get(f), after.get(f))
+        for f in FIELDS
+        if before.get(f) != after.get(f) and (before or after)
+    }
+
+
+def now():
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def default_url(state_dir):
+    return f"sqlite:///{Path(state_dir) / 'portal.sqlite'}"
+
+
+class ProfileStore:
+    """Profiles in a SQLAlchemy database; every method is one transaction."""
+
+    def __init__(self, url):
+        self.url = url
+        kwargs = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 15}
+        self.engine = create_engine(url, future=True, **kwargs)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.Session = sessionmaker(self.engine, expire_on_commit=False)
+
+    # -- schema and seed ----------------------------------------------------
+
+    def upgrade(self):
+        """Create or migrate the schema to the newest revision (alembic)."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def seed(self, profiles, author="site settings"):
+        """On first start, store ``profiles`` (dicts of the site settings). Once only:
+        after that the store is the truth, even when an admin deleted them all."""
+        with self.Session.begin() as db:
+            if db.get(Meta, "seeded"):
+                return False
+            for position, data in enumerate(profiles):
+                profile = profile_from_dict(data)
+                db.add(self._row(profile, 1, author, position))
+                db.add(self._change(profile.name, 1, "seed", author, None, fields_of(profile)))
+            db.add(Meta(key="seeded", value=now().isoformat()))
+        log.info("profile store seeded with %d profiles from %s", len(profiles), author)
+        return True
+
+    # -- reading ------------------------------------------------------------
+
+    def profiles(self):
+        """Every profile, in spawn-page order."""
+        with self.Session() as db:
+            rows = db.scalars(select(ProfileRow).order_by(ProfileRow.position, ProfileRow.name))
+            return [row.profile() for row in rows]
+
+    def get(self, name):
+        with self.Session() as db:
+            row = db.get(ProfileRow, name) if isinstance(name, str) else None
+            if row is None:
+                raise NotFound(f"No profile named {str(name)[:40]!r}")
+            return row.profile()
+
+    def history(self, name):
+        """The changes of a profile, newest first, as dicts."""
+        with self.Session() as db:
+            rows = db.scalars(
+                select(ProfileChange)
+                .where(ProfileChange.profile == name)
+                .order_by(ProfileChange.id.desc())
+            )
+            return [row.to_dict() for row in rows]
+
+    def revision(self, name, revision):
+        """The fields of ``name`` as revision ``revision`` stored them."""
+        with self.Session() as db:
+            row = db.scalars(
+                select(ProfileChange).where(
+                    ProfileChange.profile == name,
+                    ProfileChange.revision == revision,
+                    ProfileChange.after.is_not(None),
+                )
+            ).first()
+            if row is None:
+                raise NotFound(f"Profile {name!r} has no revision {revision}")
+            return dict(row.after)
+
+    # -- writing ------------------------------------------------------------
+
+    def create(self, profile, author):
+        with self.Session.begin() as db:
+            if db.get(ProfileRow, profile.name) is not None:
+                raise ProfileError(f"A profile named {profile.name!r} exists already", "name")
+            last = db.scalars(select(ProfileRow.position).order_by(ProfileRow.position.desc()))
+            position = (last.first() or 0) + 1
+            revision = self._next_revision(db, profile.name)
+            db.add(self._row(profile, revision, author, position))
+            change = self._change(
+                profile.name, revision, "create", author, None, fields_of(profile)
+            )
+            db.add(change)
+        return self.get(profile.name)
+
+    def update(self, profile, base_revision, author, action="update"):
+        """Store ``profile`` over revision ``base_revision``; Conflict if that is not current."""
+        with self.Session.begin() as db:
+            row = db.get(ProfileRow, profile.name)
+            if row is None:
+                raise NotFound(f"No profile named {profile.name!r}")
+            self._check_base(db, row, base_revision)
+            before, after = fields_of(row.profile()), fields_of(profile)
+            if before == after:
+                return row.profile()
+            row.revision += 1
+            for f in FIELDS:
+                setattr(row, f, after[f])
+            row.updated_at, row.updated_by = now(), author
+            db.add(self._change(row.name, row.revision, action, author, before, after))
+        return self.get(profile.name)
+
+    def delete(self, name, base_revision, author):
+        with self.Session.begin() as db:
+            row = db.get(ProfileRow, name)
+            if row is None:
+                raise NotFound(f"No profile named {name!r}")
+            self._check_base(db, row, base_revision)
+            before = fields_of(row.profile())
+            db.add(self._change(name, row.revision, "delete", author, before, None))
+            db.delete(row)
+
+    # -- helpers ------------------------------------------------------------
+
+    def _check_base(self, db, row, base_revision):
+        if base_revision == row.revision:
+            return
+        try:
+            base = self.revision(row.name, base_revision)
+        except NotFound:
+            base = {}
+        latest = db.scalars(
+            select(ProfileChange)
+            .where(ProfileChange.profile == row.name)
+            .order_by(ProfileChange.id.desc())
+        ).first()
+        current = row.profile()
+        raise Conflict(current, diff(base, fields_of(current)), latest and latest.to_dict())
+
+    def _next_revision(self, db, name):
+        # a re-created profile goes on from the revisions of the deleted one
+        last = db.scalars(
+            select(ProfileChange.revision)
+            .where(ProfileChange.profile == name)
+            .order_by(ProfileChange.revision.desc())
+        ).first()
+        return (last or 0) + 1
+
+    @staticmethod
+    def _row(profile, revision, author, position):
+        return ProfileRow(
+            name=profile.name,
+            revision=revision,
+            position=position,
+            updated_at=now(),
+            updated_by=author,
+            **fields_of(profile),
+        )
+
+    @staticmethod
+    def _change(name, revision, action, author, before, after):
+        return ProfileChange(
+            profile=name,
+            revision=revision,
+            action=action,
+            author=author,
+            at=now(),
+            before=before,
+            after=after,
+        )
+
+
+def _sqlite_pragmas(dbapi_connection, _record):
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # the hub reads while the service writes
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

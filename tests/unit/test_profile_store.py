@@ -1,0 +1,140 @@
+"""The profile store on a scratch SQLite file, and the checks against a cluster."""
+
+import dataclasses
+
+import pytest
+
+from portal.cluster import check_profile, max_time_minutes, resource_lines
+from portal.service.app import form_to_dict
+from portal.store import Conflict, NotFound, ProfileStore, default_url
+from spawners.poller import Node, Partition, parse_sinfo, snapshot_from_json, snapshot_to_json
+from spawners.profiles import ProfileError, profile_from_dict
+
+SEED = [
+    {"name": "pytorch", "display_name": "PyTorch", "environment": "pytorch", "partition": "gpu"},
+    {"name": "mxnet", "display_name": "MXNet", "environment": "mxnet", "partition": "gpu"},
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ProfileStore(default_url(tmp_path))
+    s.upgrade()
+    s.seed(SEED)
+    return s
+
+
+def test_seed_once_and_in_order(store):
+    assert [p.name for p in store.profiles()] == ["pytorch", "mxnet"]
+    assert not store.seed([{**SEED[0], "name": "other"}])
+    assert store.get("pytorch").revision == 1
+
+
+def test_update_history_and_conflict(store):
+    p = store.get("pytorch")
+    p2 = store.update(dataclasses.replace(p, max_gpus=2), 1, "carol")
+    assert p2.revision == 2
+    with pytest.raises(Conflict) as e:
+        store.update(dataclasses.replace(p, max_hours=4), 1, "dave")
+    assert e.value.changes == {"max_gpus": (4, 2)} and "carol" in str(e.value)
+    assert store.get("pytorch").max_hours == 24
+    history = store.history("pytorch")
+    assert [(h["action"], h["author"]) for h in history] == [
+        ("update", "carol"),
+        ("seed", "site settings"),
+    ]
+    assert store.revision("pytorch", 1)["max_gpus"] == 4
+
+
+def test_an_unchanged_save_makes_no_revision(store):
+    p = store.get("mxnet")
+    assert store.update(p, 1, "carol").revision == 1
+    assert len(store.history("mxnet")) == 1
+
+
+def test_create_delete_recreate_goes_on_with_revisions(store):
+    p = profile_from_dict({**SEED[0], "name": "short"})
+    assert store.create(p, "carol").revision == 1
+    with pytest.raises(ProfileError, match="exists"):
+        store.create(p, "carol")
+    store.delete("short", 1, "carol")
+    with pytest.raises(NotFound):
+        store.get("short")
+    assert store.create(p, "carol").revision == 2
+
+
+NODE = Node("n1", ("gpu",), 4, 0, 32, 0, 196608, 0, "idle")
+CLUSTER = {"gpu": Partition("gpu", (NODE,), "7-00:00:00")}
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({}, None),
+        ({"partition": "cpu"}, "partition"),
+        ({"max_gpus": 5}, "max_gpus"),
+        ({"cores_per_gpu": 9}, "cores_per_gpu"),
+        ({"mem_per_gpu_gb": 49}, "mem_per_gpu_gb"),
+        ({"max_hours": 169}, "max_hours"),
+        ({"max_hours": 168}, None),
+    ],
+)
+def test_check_profile(change, field):
+    profile = profile_from_dict({**SEED[0], **change})
+    if field is None:
+        check_profile(profile, CLUSTER)
+    else:
+        with pytest.raises(ProfileError) as e:
+            check_profile(profile, CLUSTER)
+        assert e.value.field == field
+
+
+def test_check_profile_refuses_an_unknown_cluster():
+    with pytest.raises(ProfileError, match="not known"):
+        check_profile(profile_from_dict(SEED[0]), {})
+
+
+@pytest.mark.parametrize(
+    "text, minutes",
+    [
+        ("UNLIMITED", None),
+        ("infinite", None),
+        ("30", 30),
+        ("30:00", 30),
+        ("8:00:00", 480),
+        ("1-00:00:00", 1440),
+        ("2-12", 3600),
+        ("1-01:30", 1530),
+    ],
+)
+def test_max_time_minutes(text, minutes):
+    assert max_time_minutes(text) == minutes
+
+
+def test_resource_lines():
+    lines = resource_lines(profile_from_dict({**SEED[0], "max_gpus": 2}))
+    assert lines[2] == (
+        "sbatch --nodes=1 --ntasks=1 --partition=gpu --gres=gpu:2 --cpus-per-task=16 "
+        "--mem=96G --time=8:00:00"
+    )
+    assert set(lines) == {1, 2}
+
+
+def test_form_to_dict_keeps_what_was_typed():
+    data = form_to_dict(
+        {"max_gpus": [b"two"], "max_hours": [b" 12 "], "groups": [b"a, b c"], "name": [b"x"]}
+    )
+    assert data == {
+        "name": "x",
+        "max_gpus": "two",
+        "max_hours": 12,
+        "groups": ["a", "b", "c"],
+        "enabled": False,
+    }
+
+
+def test_snapshot_round_trip():
+    text = "vm gpu* gpu:4(S:0) gpu:2(IDX:0-1) 16/16/0/32 mix 196608 98304 7-00:00:00"
+    partitions = parse_sinfo(text)
+    _, back, jobs, errors = snapshot_from_json(snapshot_to_json(partitions, {}, "", "x"))
+    assert back == partitions and jobs == {} and errors == {"cluster": "", "jobs": "x"}
