@@ -28,3 +28,8 @@ if environment:
             file=sys.stderr,
         )
 c.MappingKernelManager.default_kernel_name = default_kernel
+
+# The session card links the job's log, kept in ~/.portal/logs: a hidden
+# folder, which the contents API refuses by default (the file browser still
+# hides it unless asked to show hidden files).
+c.ContentsManager.allow_hidden = True

@@ -1,0 +1,91 @@
+"""One user never reaches another's session: alice's server, her
+TensorBoard and her job log are refused to bob every time, through the hub,
+through bob's own server and as bob's Unix user."""
+
+import pwd
+import subprocess
+
+import pytest
+
+from tests.conftest import user_jobs
+from tests.reliability.conftest import figure
+
+REPEAT = 20
+
+
+def xsrf(client, base):
+    return {"X-XSRFToken": client.session.cookies.get("_xsrf", path=base) or ""}
+
+
+@pytest.mark.slow
+def test_another_users_server_tensorboard_and_job_log_are_refused_every_time(
+    session, login, capsys
+):
+    alice = session("alice", profile="pytorch", gpus=1)
+    [(job_id, _)] = user_jobs("alice")
+    log_rel = f".portal/logs/jupyter-{job_id}.log"
+    log_abs = f"{pwd.getpwnam('alice').pw_dir}/{log_rel}"
+    base = "/user/alice/"
+    assert alice.session.get(alice.url(base + "lab"), timeout=60).status_code == 200
+    tb = alice.session.post(
+        alice.url(base + "portal/api/tensorboards"),
+        json={"logdir": ""},
+        headers=xsrf(alice, base),
+        timeout=120,
+    )
+    assert tb.status_code in (200, 201), tb.text
+    tb_url = tb.json()["url"]
+    # alice herself gets her TensorBoard (her job log: see the test below)
+    assert alice.session.get(alice.url(tb_url), timeout=60).ok
+
+    bob = session("bob", profile="pytorch", gpus=1)
+    bob.session.get(bob.url("/user/bob/lab"), timeout=60)  # bob's own server's cookie
+    targets = {
+        "alice's JupyterLab": ("GET", base + "lab"),
+        "alice's server API": ("GET", base + "api/status"),
+        "alice's job log": ("GET", f"{base}api/contents/{log_rel}"),
+        "alice's job log (files)": ("GET", f"{base}files/{log_rel}"),
+        "alice's TensorBoard": ("GET", tb_url),
+        "alice's TensorBoard data": ("GET", tb_url + "data/runs"),
+        "alice's TensorBoard API": ("GET", base + "portal/api/tensorboards"),
+        "start a TensorBoard for alice": ("POST", base + "portal/api/tensorboards"),
+        "alice's user model": ("GET", "/hub/api/users/alice"),
+        "start alice's server": ("POST", "/hub/api/users/alice/server"),
+        "stop alice's server": ("DELETE", "/hub/api/users/alice/server"),
+        "alice's log through bob's server": (
+            "GET",
+            f"/user/bob/api/contents/%2E%2E/alice/{log_rel}",
+        ),
+    }
+    let_through = []
+    for _ in range(REPEAT):
+        for what, (method, path) in targets.items():
+            headers = xsrf(bob, "/hub/") if path.startswith("/hub/") else {}
+            r = bob.session.request(
+                method, bob.url(path), headers=headers, allow_redirects=False, timeout=30
+            )
+            if r.status_code < 300 or job_id in r.text or "<tb-webapp" in r.text:
+                let_through.append(f"{what}: HTTP {r.status_code}")
+    # bob's Unix user (his terminal, his jobs): alice's home is closed
+    unix = subprocess.run(["sudo", "-u", "bob", "cat", log_abs], capture_output=True, text=True)
+    if unix.returncode == 0:
+        let_through.append("alice's job log read as bob's Unix user")
+
+    tried = REPEAT * len(targets) + 1
+    figure(
+        capsys,
+        f"cross-user: {tried} tries of bob at alice's things, {len(let_through)} let through",
+    )
+    assert not let_through, sorted(set(let_through))
+    # alice's session is untouched
+    assert alice.user_model("alice")["servers"][""]["ready"]
+    assert user_jobs("alice") == [[job_id, "RUNNING"]]
+
+
+def test_the_owner_opens_her_job_log(session):
+    alice = session("alice", profile="pytorch", gpus=1)
+    [(job_id, _)] = user_jobs("alice")
+    r = alice.session.get(
+        alice.url(f"/user/alice/api/contents/.portal/logs/jupyter-{job_id}.log"), timeout=30
+    )
+    assert r.status_code == 200, r.status_code
