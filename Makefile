@@ -33,8 +33,13 @@ lint:          ## ruff: lint and format check of the Python code
 unit:          ## the unit tests only (no services)
 	@$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
-bench:         ## benchmarks (issue 8)
-	@echo "no benchmarks yet"
+# Not part of `test`: it runs for a long while (BENCH_ARGS='--reps 2 --sessions 10'
+# for a shorter run). While the Slurm load figures are taken the node advertises
+# 100 more GPUs (slurmctld and slurmd restart, and again to put it back).
+bench:         ## benchmarks (issue 8): spawn time, Slurm load, hub latency, training, TensorBoard
+	@bash $(DEPLOY)/ldap.sh start
+	@bash $(DEPLOY)/slurm.sh start
+	@$(PYTHON) -m bench $(BENCH_ARGS)
 
 smoke:         ## after an upgrade: each notebook template, briefly, as a Slurm job of a demo user
 	@$(PYTHON) $(DEPLOY)/smoke.py $(SMOKE_ARGS)

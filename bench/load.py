@@ -1,0 +1,88 @@
+"""The hub's pages under simulated users: login page, spawn page, home.
+
+Each simulated user logs in through LDAP (the login form, with its XSRF
+token), then, until the time is up, asks for one page after another (login
+page without cookies, as a new visitor; spawn page; home), with a think time
+of 0.5 to 1.5 s between pages, like a person clicking (hubtraf's users wait
+too). One asyncio client for all of them (aiohttp).
+"""
+
+import asyncio
+import random
+import re
+import statistics
+import time
+
+import aiohttp
+
+PAGES = {"login": "/hub/login", "spawn": "/hub/spawn", "home": "/hub/home"}
+THINK = (0.5, 1.5)
+
+
+async def _login(session, base, name, password):
+    async with session.get(base + "/hub/login") as r:
+        page = await r.text()
+    match = re.search(r'name="_xsrf"\s+value="([^"]+)"', page)
+    data = {"username": name, "password": password}
+    if match:
+        data["_xsrf"] = match.group(1)
+    async with session.post(base + "/hub/login", data=data, allow_redirects=False) as r:
+        if r.status != 302:
+            raise RuntimeError(f"login of {name} answered {r.status}")
+
+
+async def _browse(base, session, anonymous, until, timings, failures):
+    pages = list(PAGES)
+    random.shuffle(pages)
+    await asyncio.sleep(random.uniform(*THINK))
+    i = 0
+    while time.monotonic() < until:
+        page = pages[i % len(pages)]
+        i += 1
+        client = anonymous if page == "login" else session
+        start = time.perf_counter()
+        async with client.get(base + PAGES[page], allow_redirects=False) as r:
+            await r.read()
+            status = r.status
+        elapsed = (time.perf_counter() - start) * 1000
+        if status == 200:
+            timings[page].append(elapsed)
+        else:
+            failures.append((page, status))
+        await asyncio.sleep(random.uniform(*THINK))
+
+
+async def _run(base, accounts, duration):
+    timings = {page: [] for page in PAGES}
+    failures = []
+    timeout = aiohttp.ClientTimeout(total=60)
+
+    def client(jar):
+        return aiohttp.ClientSession(
+            cookie_jar=jar, connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+        )
+
+    anonymous = client(aiohttp.DummyCookieJar())
+    sessions = {name: client(aiohttp.CookieJar(unsafe=True)) for name in accounts}
+    try:
+        # every user logs in first (LDAP), then the clock starts
+        await asyncio.gather(
+            *(_login(sessions[name], base, name, pw) for name, pw in accounts.items())
+        )
+        until = time.monotonic() + duration
+        await asyncio.gather(
+            *(_browse(base, s, anonymous, until, timings, failures) for s in sessions.values())
+        )
+    finally:
+        for s in [anonymous, *sessions.values()]:
+            await s.close()
+    return timings, failures
+
+
+def p95(values):
+    return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else 0.0
+
+
+def hub_latency(hub, accounts, duration):
+    """{page: [ms, ...]} and the failed requests, for ``len(accounts)`` simulated users."""
+    return asyncio.run(_run(hub.url, accounts, duration))

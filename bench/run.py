@@ -1,0 +1,189 @@
+"""`make bench`: run the benchmarks and print one ``name: value`` line per figure.
+
+Figures (medians over repeated runs):
+
+- ``spawn_ready_s``: the portal's spawn request to the server answering through
+  the proxy (``bench/spawn.py``);
+- ``floor_s``: in the same run, sbatch of an equivalent job to RUNNING plus the
+  single-user server's own start to its first HTTP answer;
+- ``stock_batchspawner_s``: the same spawn with stock ``batchspawner.SlurmSpawner``
+  (``bench/stock_config.py``); ``spawn_vs_floor`` and ``spawn_vs_stock``: ratios;
+- ``slurm_rpcs_per_min_1`` / ``_100`` (and ``stock_...``): slurmctld job-info RPCs
+  per minute with 1 and 100 running sessions, the others' rate subtracted
+  (``bench/rpcs.py``; the node advertises more GPUs meanwhile);
+- ``hub_p95_ms``: p95 latency of the login page, spawn page and home under 50
+  simulated users (``bench/load.py``);
+- ``train_portal_vs_plain``: images/sec of the PyTorch template in a session over
+  the same cells run plainly (``bench/train.py``);
+- ``tensorboard_proxy_vs_direct``: a TensorBoard scalars request through the
+  proxy over the same request on TensorBoard's Unix socket.
+
+Progress goes to stderr; the figures to stdout, as they come and all together
+at the end. Run as root from the repository (``make bench``, or
+``python -m bench --help`` for smaller runs).
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from bench import hubs, load, rpcs, spawn, train, users
+from portal import settings as site_settings
+
+PARTS = ("spawn", "train", "hub", "rpcs")
+TARGETS = {
+    "spawn_vs_floor": ("<=", 1.2),
+    "spawn_vs_stock": ("<=", 0.5),
+    "slurm_rpcs_per_min_100": ("<=", 4),
+    "hub_p95_ms": ("<=", 100),
+    "train_portal_vs_plain": (">=", 0.97),
+    "tensorboard_proxy_vs_direct": ("<=", 1.2),
+}
+
+
+def say(message):
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+class Figures(dict):
+    def add(self, name, value, digits=2):
+        self[name] = round(value, digits)
+        say(f"{name} = {self[name]}")
+
+
+def spawn_figures(figures, portal, stock, accounts, reps):
+    name = "bench001"
+    portal_client = users.login(portal, name, accounts[name])
+    stock_client = users.login(stock, name, accounts[name])
+    spawns, floors, stocks = [], [], []
+    for i in range(reps):
+        spawns.append(
+            spawn.spawn_ready(portal, portal_client, name, {"profile": "pytorch", "gpus": 1})
+        )
+        spawn.stop_server(portal, portal_client, name)
+        portal.wait_no_jobs()
+        floors.append(spawn.floor(portal, portal_client, name))
+        stocks.append(spawn.spawn_ready(stock, stock_client, name))
+        spawn.stop_server(stock, stock_client, name)
+        stock.wait_no_jobs()
+        say(
+            f"spawn {i + 1}/{reps}: portal {spawns[-1]:.2f} s, floor {floors[-1]:.2f} s, "
+            f"stock {stocks[-1]:.2f} s"
+        )
+    figures.add("spawn_ready_s", statistics.median(spawns))
+    figures.add("floor_s", statistics.median(floors))
+    figures.add("stock_batchspawner_s", statistics.median(stocks))
+    figures.add("spawn_vs_floor", figures["spawn_ready_s"] / figures["floor_s"])
+    figures.add("spawn_vs_stock", figures["spawn_ready_s"] / figures["stock_batchspawner_s"])
+
+
+def train_figures(figures, portal, accounts, runs, steps):
+    name = "bench002"
+    client = users.login(portal, name, accounts[name])
+    cores = site_settings.load()["slurm"]["cores_per_gpu"]  # one GPU's slice
+    spawn.spawn_ready(portal, client, name, {"profile": "pytorch", "gpus": 1})
+    try:
+        r = client.api("POST", f"/users/{name}/tokens", json={"expires_in": 3600})
+        r.raise_for_status()
+        token = r.json()["token"]
+        server_url = f"{portal.url}/user/{name}/"
+        code = train.cells(max_steps=steps, log_every=max(1, steps // 4))
+        in_session, plain = [], []
+        for i in range(runs):  # alternating, so both see the same machine
+            in_session.append(train.images_per_sec(train.in_session(server_url, token, code)))
+            plain.append(train.images_per_sec(train.plainly(name, code, cores)))
+            say(f"training {i + 1}/{runs}: session {in_session[-1]}, plain {plain[-1]} images/sec")
+        figures.add("train_images_per_sec_portal", statistics.median(in_session), 1)
+        figures.add("train_images_per_sec_plain", statistics.median(plain), 1)
+        ratio = statistics.median(in_session) / statistics.median(plain)
+        figures.add("train_portal_vs_plain", ratio)
+        target = portal.route_target(name)
+        proxied, server, direct = train.tensorboard_times(server_url, target, name, token)
+        figures.add("tensorboard_proxy_ms", proxied * 1000, 1)
+        figures.add("tensorboard_server_ms", server * 1000, 1)
+        figures.add("tensorboard_direct_ms", direct * 1000, 1)
+        figures.add("tensorboard_proxy_vs_direct", proxied / direct)
+    finally:
+        spawn.stop_server(portal, client, name)
+
+
+def hub_figures(figures, portal, accounts, count, duration):
+    chosen = {n: accounts[n] for n in sorted(accounts)[:count]}
+    timings, failures = load.hub_latency(portal, chosen, duration)
+    if failures:
+        raise RuntimeError(f"{len(failures)} page requests failed, e.g. {failures[:5]}")
+    every = [ms for values in timings.values() for ms in values]
+    say(f"{len(every)} page requests by {count} users in {duration} s")
+    for page, values in timings.items():
+        figures.add(f"hub_p95_ms_{page}", load.p95(values), 1)
+    figures.add("hub_p95_ms", load.p95(every), 1)
+
+
+def rpc_figures(figures, portal, stock, accounts, sessions, window):
+    chosen = {n: accounts[n] for n in sorted(accounts)[:sessions]}
+    with rpcs.big_node(sessions):
+        say(f"Slurm's job-info RPCs of the others, over {window} s")
+        others = rpcs.per_minute(window)
+        figures.add("slurm_rpcs_per_min_others", others, 1)
+        for prefix, hub, options in (
+            ("", portal, {"profile": "lite", "gpus": 1}),
+            ("stock_", stock, None),
+        ):
+            say(f"the {hub.name} hub: 1, then {sessions} sessions, {window} s each")
+            one, many = rpcs.sessions_rates(hub, chosen, sessions, window, options)
+            figures.add(f"{prefix}slurm_rpcs_per_min_1", max(one - others, 0), 1)
+            figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0), 1)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=PARTS, help="parts to run")
+    parser.add_argument("--reps", type=int, default=5, help="spawns of each kind (5)")
+    parser.add_argument("--sessions", type=int, default=100, help="sessions of the load (100)")
+    parser.add_argument("--window", type=float, default=60, help="seconds per RPC count (60)")
+    parser.add_argument("--users", type=int, default=50, help="simulated users (50)")
+    parser.add_argument("--duration", type=float, default=45, help="seconds of browsing (45)")
+    parser.add_argument("--train-runs", type=int, default=3, help="runs of each training (3)")
+    parser.add_argument("--train-steps", type=int, default=200, help="steps per training (200)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    began = time.monotonic()
+    needed = max(2, args.users if "hub" in args.only else 0)
+    if "rpcs" in args.only:
+        needed = max(needed, args.sessions)
+    say(f"LDAP users bench001..bench{needed:03d}")
+    accounts = users.ensure_users(needed)
+    portal, stock = hubs.portal_hub(), hubs.stock_hub()
+    figures = Figures()
+    try:
+        if {"spawn", "train", "hub"} & set(args.only):
+            portal.start()
+        if "spawn" in args.only:
+            stock.start()
+            spawn_figures(figures, portal, stock, accounts, args.reps)
+            stock.stop()
+        if "train" in args.only:
+            train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
+        if "hub" in args.only:
+            hub_figures(figures, portal, accounts, args.users, args.duration)
+        portal.stop()
+        if "rpcs" in args.only:
+            rpc_figures(figures, portal, stock, accounts, args.sessions, args.window)
+    finally:
+        for hub in (portal, stock):
+            hub.stop()
+            hub.cancel_jobs()
+        subprocess.run(["scancel", "--name", spawn.FLOOR_JOB], check=False)
+        say(f"done in {time.monotonic() - began:.0f} s")
+        for name, value in figures.items():
+            print(f"{name}: {value}")
+        for name, (op, target) in TARGETS.items():
+            if name in figures:
+                ok = figures[name] <= target if op == "<=" else figures[name] >= target
+                say(f"target {name} {op} {target}: {'met' if ok else 'MISSED'} ({figures[name]})")
+    return 0

@@ -1,0 +1,134 @@
+"""Spawn to ready, and its floor: what Slurm and the server alone take.
+
+``spawn_ready``: the spawn request (``POST /hub/api/users/NAME/server``) to the
+first answer of the user's server through the proxy (``GET /user/NAME/api``
+returns Jupyter's version, not the hub's redirect).
+
+``floor``: an equivalent job (the same slice, as the same user, by the same
+``sudo -u USER sbatch``) from sbatch to its script running, plus the same
+single-user server (``jupyterhub-singleuser`` of the same environment) from its
+exec to its first HTTP answer, asked directly on its port. It leaves out
+what only a hub does: the port report, the proxy route, the hub's own checks.
+"""
+
+import shlex
+import subprocess
+import time
+
+import requests
+from jupyterhub.utils import random_port
+
+from portal import settings as site_settings
+from spawners.slice import make_slice
+
+FLOOR_JOB = "portal-bench-floor"
+POLL = 0.05  # seconds between the client's checks
+
+
+def answers(url):
+    try:
+        r = requests.get(url, allow_redirects=False, timeout=5)
+    except requests.RequestException:
+        return False
+    return r.status_code == 200 and '"version"' in r.text
+
+
+def wait_answer(url, since, timeout=300):
+    """Monotonic time of the first answer of ``url`` after ``since``."""
+    while time.monotonic() - since < timeout:
+        if answers(url):
+            return time.monotonic()
+        time.sleep(POLL)
+    raise RuntimeError(f"{url} gave no answer within {timeout} s")
+
+
+def spawn_ready(hub, client, name, options=None):
+    """Seconds from the spawn request to the server answering through the proxy."""
+    start = time.monotonic()
+    r = client.api("POST", f"/users/{name}/server", json=options)
+    if r.status_code not in (201, 202):
+        raise RuntimeError(f"spawn of {name} on the {hub.name} hub: {r.status_code} {r.text}")
+    return wait_answer(f"{hub.url}/user/{name}/api", start) - start
+
+
+def stop_server(hub, client, name):
+    client.api("DELETE", f"/users/{name}/server")
+    try:
+        client.wait_stopped(name, timeout=120)
+    finally:
+        hub.cancel_jobs(name)
+
+
+def as_user(user, argv, **kwargs):
+    return subprocess.run(
+        ["sudo", "-u", user, "--", *argv], capture_output=True, text=True, check=True, **kwargs
+    )
+
+
+def floor(hub, client, name):
+    """Seconds: sbatch to RUNNING (the script's first line), plus the server's own
+    start (exec to its first answer). A token of the user's makes it a valid server."""
+    site = site_settings.load()
+    slurm, envs = site["slurm"], site["envs"]
+    job_slice = make_slice(
+        1,
+        slurm["default_hours"],
+        partition=slurm["partition"],
+        max_gpus=1,
+        cores_per_gpu=slurm["cores_per_gpu"],
+        mem_per_gpu_gb=slurm["mem_per_gpu_gb"],
+        max_hours=slurm["max_hours"],
+    )
+    r = client.api("POST", f"/users/{name}/tokens", json={"expires_in": 600, "note": "bench"})
+    r.raise_for_status()
+    token = r.json()["token"]
+    home = as_user(name, ["sh", "-c", "echo $HOME"]).stdout.strip()
+    folder = f"{home}/.bench-floor"
+    as_user(name, ["rm", "-rf", folder])
+    as_user(name, ["mkdir", "-p", "-m", "700", folder])
+    port = random_port()
+    prefix = f"/user/{name}/"
+    env = {
+        "JUPYTERHUB_API_TOKEN": token,
+        "JUPYTERHUB_API_URL": f"{hub.api_url}/hub/api",
+        "JUPYTERHUB_BASE_URL": "/",
+        "JUPYTERHUB_USER": name,
+        "JUPYTERHUB_CLIENT_ID": f"jupyterhub-user-{name}",
+        "JUPYTERHUB_SERVICE_PREFIX": prefix,
+        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}{prefix}",
+        "JUPYTERHUB_OAUTH_CALLBACK_URL": f"{prefix}oauth_callback",
+    }
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    script = f"""#!/bin/bash
+date +%s.%N > {folder}/running
+{exports}
+source {envs["jupyter"]}/bin/activate
+date +%s.%N > {folder}/exec
+exec jupyterhub-singleuser --ip=127.0.0.1 --port={port}
+"""
+    argv = [
+        "sbatch", "--parsable", f"--job-name={FLOOR_JOB}", f"--chdir={home}",
+        f"--output={folder}/job-%j.log", *job_slice.sbatch_args(),
+    ]  # fmt: skip
+    wall0, mono0 = time.time(), time.monotonic()
+    as_user(name, argv, input=script)
+    try:
+        while not _read_time(f"{folder}/exec"):
+            if time.monotonic() - mono0 > 300:
+                raise RuntimeError(f"the floor job of {name} did not start within 300 s")
+            time.sleep(POLL)
+        running, executed = _read_time(f"{folder}/running"), _read_time(f"{folder}/exec")
+        answered = wait_answer(f"http://127.0.0.1:{port}{prefix}api", mono0)
+        server_start = (answered - mono0) - (executed - wall0)
+        return (running - wall0) + server_start
+    finally:
+        subprocess.run(["scancel", "--name", FLOOR_JOB, "--user", name], check=False)
+        client.api("DELETE", f"/users/{name}/tokens/{r.json()['id']}")
+
+
+def _read_time(path):
+    try:
+        with open(path) as f:
+            return float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0

@@ -1,0 +1,201 @@
+"""The PyTorch template in a portal session and plainly; TensorBoard through the proxy.
+
+In the session: the template's code cells, run one by one in a ``pytorch``
+kernel that the session's Jupyter server starts (its REST API and kernel
+websocket, through the hub's proxy), as a user's *Run All* does. Plainly: the
+same cells as one script, run by the same user with the same environment's
+Python and the session's thread settings (``SLURM_CPUS_PER_TASK``,
+``OMP_NUM_THREADS``...), outside Slurm and Jupyter. Both print the template's
+``images/sec: N on DEVICE``.
+"""
+
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import uuid
+from datetime import UTC, datetime
+
+import aiohttp
+
+from bench.hubs import REPO
+
+TEMPLATE = REPO / "notebook_templates" / "pytorch" / "mnist-pytorch.ipynb"
+PYTHON = "/opt/portal/envs/pytorch/bin/python"
+IMAGES_PER_SEC = re.compile(r"^images/sec: ([0-9.]+) on (.+)$", re.M)
+FOLDER = "bench-train"  # in the user's home; TensorBoard's logs go to FOLDER/logs
+
+
+def cells(max_steps, log_every):
+    """The template's code cells, with a short run's parameters and our working folder."""
+    nb = json.loads(TEMPLATE.read_text())
+    out = [
+        "import os\n"
+        f"os.makedirs(os.path.expanduser('~/{FOLDER}'), exist_ok=True)\n"
+        f"os.chdir(os.path.expanduser('~/{FOLDER}'))"
+    ]
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        out.append("".join(cell["source"]))
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            out.append(f"epochs = 1\nmax_steps = {max_steps}\nlog_every = {log_every}")
+    return out
+
+
+def images_per_sec(text):
+    match = IMAGES_PER_SEC.search(text)
+    if not match:
+        raise RuntimeError(f"no 'images/sec' in the output: {text[-1000:]}")
+    return float(match.group(1))
+
+
+# -- in the session --------------------------------------------------------
+
+
+def _message(code, session):
+    return {
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "username": "bench",
+            "session": session,
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": datetime.now(UTC).isoformat(),
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        "channel": "shell",
+        "buffers": [],
+    }
+
+
+async def _run_in_kernel(server_url, token, code_cells, timeout):
+    headers = {"Authorization": f"token {token}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async with http.post(server_url + "api/kernels", json={"name": "pytorch"}) as r:
+            r.raise_for_status()
+            kernel = await r.json()
+        ws_url = server_url.replace("http", "ws", 1) + f"api/kernels/{kernel['id']}/channels"
+        output = []
+        try:
+            async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+                session = uuid.uuid4().hex
+                for code in code_cells:
+                    msg = _message(code, session)
+                    await ws.send_json(msg)
+                    msg_id = msg["header"]["msg_id"]
+                    while True:
+                        reply = await asyncio.wait_for(ws.receive_json(), timeout)
+                        if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                            continue
+                        kind, content = reply["msg_type"], reply["content"]
+                        if kind == "stream":
+                            output.append(content["text"])
+                        elif kind == "error":
+                            raise RuntimeError(f"{content['ename']}: {content['evalue']}")
+                        elif kind == "execute_reply":
+                            break
+        finally:
+            async with http.delete(server_url + f"api/kernels/{kernel['id']}"):
+                pass
+    return "".join(output)
+
+
+def in_session(server_url, token, code_cells, timeout=600):
+    """The cells' output, run in a new ``pytorch`` kernel of the session at ``server_url``."""
+    return asyncio.run(_run_in_kernel(server_url, token, code_cells, timeout))
+
+
+# -- plainly ------------------------------------------------------------------
+
+
+def plainly(user, code_cells, threads, timeout=600):
+    """The cells as one script, run by ``user`` outside Slurm with ``threads`` as in the job."""
+    script = "\n\n".join(code_cells) + "\n"
+    home = os.path.expanduser(f"~{user}")
+    path = f"{home}/{FOLDER}/plain.py"
+    subprocess.run(["sudo", "-u", user, "mkdir", "-p", f"{home}/{FOLDER}"], check=True)
+    subprocess.run(
+        ["sudo", "-u", user, "tee", path], input=script, text=True, check=True, capture_output=True
+    )
+    env = {
+        "SLURM_CPUS_PER_TASK": str(threads),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "MPLBACKEND": "Agg",
+    }
+    result = subprocess.run(
+        ["sudo", "-u", user, "env", *(f"{k}={v}" for k, v in env.items()), PYTHON, path],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"the plain run failed: {result.stderr[-2000:]}")
+    return result.stdout
+
+
+# -- TensorBoard ----------------------------------------------------------------
+
+
+def curl_seconds(*args):
+    out = subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if out[0] != "200":
+        raise RuntimeError(f"curl {args[-1]} answered {out[0]}")
+    return float(out[1])
+
+
+def tensorboard_times(server_url, target, user, token, requests_count=20):
+    """Median seconds of one scalars request: through the proxy, to the session's
+    server (``target``, the proxy's route: no proxy hop), direct on TensorBoard's socket."""
+    import requests
+
+    headers = {"Authorization": f"token {token}"}
+    r = requests.post(
+        server_url + "portal/api/tensorboards",
+        json={"logdir": f"{FOLDER}/logs"},
+        headers=headers,
+        timeout=120,
+    )
+    r.raise_for_status()
+    tb = r.json()
+    base = server_url.split("/user/")[0]
+    url = base + tb["url"]
+    tags = requests.get(url + "data/plugin/scalars/tags", headers=headers, timeout=60)
+    tags.raise_for_status()
+    run = sorted(run for run, run_tags in tags.json().items() if "train/loss" in run_tags)[-1]
+    query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
+    cmdline = subprocess.run(
+        ["pgrep", "-u", user, "-f", "-a", "portal.tensorboard.serve"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
+    auth = ("-H", f"Authorization: token {token}")
+    proxied, server, direct = [], [], []
+    for _ in range(requests_count):  # interleaved, so all see the same machine
+        proxied.append(curl_seconds(*auth, url + query))
+        server.append(curl_seconds(*auth, target + tb["url"] + query))
+        direct.append(
+            curl_seconds("--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}")
+        )
+    requests.delete(server_url + f"portal/api/tensorboards/{tb['id']}", headers=headers, timeout=30)
+    return tuple(statistics.median(t) for t in (proxied, server, direct))
