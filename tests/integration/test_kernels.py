@@ -93,7 +93,14 @@ def test_framework_imports_and_its_kernel_names_its_version(framework, kernelspe
     assert version
 
     spec = kernelspecs[framework]["spec"]
-    assert spec["argv"] == [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    assert spec["argv"] == [
+        str(python),
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+        "--ext=portal_tensorboard_magic",  # the portal's %tensorboard
+    ]
     assert spec["display_name"] == f"Python 3 ({label} {short_version(version)})"
     assert spec["language"] == "python"
 
