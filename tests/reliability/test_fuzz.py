@@ -42,7 +42,7 @@ METACHARACTERS = [
 scalars = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.integers(min_value=-2, max_value=30),
-    st.floats(allow_nan=False, allow_infinity=False)  # JSON has no NaN or inf,
+    st.floats(allow_nan=False, allow_infinity=False),  # JSON has no NaN or inf
     st.booleans(),
     st.none(),
     st.sampled_from(METACHARACTERS),
