@@ -17,6 +17,8 @@ from pathlib import Path
 
 import requests
 
+from tests.hubsettings import fresh_state, hub_settings
+
 REPO = Path(__file__).resolve().parents[1]
 HUB_ENV = Path("/opt/portal/envs/hub")
 JUPYTER_ENV = Path("/opt/portal/envs/jupyter")
@@ -56,25 +58,14 @@ class Hub:
         self._procs = []
 
     def settings_text(self):
-        return f"""
-[hub]
-bind_url = "{self.url}"
-api_port = {self.port + 81}
-proxy_api_port = {self.port + 1}
-db_url = "sqlite:///{self.state}/jupyterhub.sqlite"
-state_dir = "{self.state}"
-
-[slurm]
-job_name = "{self.job_name}"
-{PROFILES}"""
+        return hub_settings(self.port, self.state, self.job_name) + PROFILES
 
     def start(self, lite=False):
         """A fresh hub (new database); ``lite``: sessions are ``bench/lite_session.py``."""
         self.stop()
         self.cancel_jobs()
         self.state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret"):
-            (self.state / name).unlink(missing_ok=True)
+        fresh_state(self.state)
         settings = self.state / "portal.toml"
         settings.write_text(self.settings_text())
         token = self.proxy_token = secrets.token_hex(32)

@@ -12,7 +12,6 @@ running, and subtracted.
 """
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -23,18 +22,9 @@ from contextlib import contextmanager
 from bench import users
 from bench.hubs import REPO
 from portal import settings as site_settings
+from tests.measure import job_info_rpcs
 
-JOB_INFO_RPCS = ("REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE", "REQUEST_JOB_USER_INFO")
 BATCH = 20  # sessions asked for at once
-
-
-def job_info_rpcs():
-    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
-    total = 0
-    for name in JOB_INFO_RPCS:
-        match = re.search(rf"^\s*{name}\s+\(\s*\d+\)\s+count:(\d+)", out, re.M)
-        total += int(match.group(1)) if match else 0
-    return total
 
 
 def per_minute(window):

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from bench.hubs import REPO
+from tests.measure import curl_seconds
 
 TEMPLATE = REPO / "notebook_templates" / "pytorch" / "mnist-pytorch.ipynb"
 PYTHON = "/opt/portal/envs/pytorch/bin/python"
@@ -149,18 +150,6 @@ def plainly(user, code_cells, threads, timeout=600):
 
 
 # -- TensorBoard ----------------------------------------------------------------
-
-
-def curl_seconds(*args):
-    out = subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    if out[0] != "200":
-        raise RuntimeError(f"curl {args[-1]} answered {out[0]}")
-    return float(out[1])
 
 
 def tensorboard_times(server_url, target, user, token, requests_count=20):

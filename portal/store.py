@@ -229,16 +229,20 @@ class ProfileStore:
     def revision(self, name, revision):
         """The fields of ``name`` as revision ``revision`` stored them."""
         with self.Session() as db:
-            row = db.scalars(
-                select(ProfileChange).where(
-                    ProfileChange.profile == name,
-                    ProfileChange.revision == revision,
-                    ProfileChange.after.is_not(None),
-                )
-            ).first()
-            if row is None:
-                raise NotFound(f"Profile {name!r} has no revision {revision}")
-            return dict(row.after)
+            return self._revision(db, name, revision)
+
+    @staticmethod
+    def _revision(db, name, revision):
+        row = db.scalars(
+            select(ProfileChange).where(
+                ProfileChange.profile == name,
+                ProfileChange.revision == revision,
+                ProfileChange.after.is_not(None),
+            )
+        ).first()
+        if row is None:
+            raise NotFound(f"Profile {name!r} has no revision {revision}")
+        return dict(row.after)
 
     # -- writing ------------------------------------------------------------
 
@@ -289,7 +293,7 @@ class ProfileStore:
         if base_revision == row.revision:
             return
         try:
-            base = self.revision(row.name, base_revision)
+            base = self._revision(db, row.name, base_revision)
         except NotFound:
             base = {}
         latest = db.scalars(

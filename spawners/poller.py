@@ -441,8 +441,8 @@ class SlurmPoller:
         args = (self.partitions, self.snapshot.jobs, self.cluster_error, self.snapshot.error)
         # the time stamp changes every query: compare without it, but rewrite at
         # least every cluster interval, so that readers can tell the poll is live
-        same = snapshot_to_json(*args, now=datetime.min) == self._written
-        if same and time.monotonic() - self._written_at < self.cluster_interval:
+        key = snapshot_to_json(*args, now=datetime.min)
+        if key == self._written and time.monotonic() - self._written_at < self.cluster_interval:
             return
         content = snapshot_to_json(*args)
         tmp = f"{self.snapshot_path}.tmp"
@@ -454,8 +454,7 @@ class SlurmPoller:
         except OSError as e:
             log.warning("could not write the cluster snapshot %s: %s", self.snapshot_path, e)
             return
-        self._written = snapshot_to_json(*args, now=datetime.min)
-        self._written_at = time.monotonic()
+        self._written, self._written_at = key, time.monotonic()
 
     # -- reading ---------------------------------------------------------
 

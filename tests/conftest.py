@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.hubclient import HubClient
+from tests.hubsettings import fresh_state, hub_settings
 
 REPO = Path(__file__).resolve().parents[1]
 PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
@@ -26,20 +27,9 @@ _SUFFIX = "" if PORT == 18000 else f"-{PORT}"
 STATE = Path(f"/var/lib/portal/test-hub{_SUFFIX}")
 JOB_NAME = f"portal-test{_SUFFIX}"
 
-TEST_SETTINGS = f"""
-[hub]
-bind_url = "http://127.0.0.1:{PORT}"
-api_port = {PORT + 81}
-proxy_api_port = {PORT + 1}
-db_url = "sqlite:///{STATE}/jupyterhub.sqlite"
-state_dir = "{STATE}"
-
-[portal]
-service_port = {PORT + 2}
-
-[slurm]
-job_name = "{JOB_NAME}"
-poll_interval = 2.0
+TEST_SETTINGS = (
+    hub_settings(PORT, STATE, JOB_NAME)
+    + """poll_interval = 2.0
 cluster_interval = 2.0
 
 [[profiles]]
@@ -63,6 +53,7 @@ default_hours = 2
 max_hours = 4
 groups = ["vision"]
 """
+)
 
 
 def deploy(*args, env=None, check=True):
@@ -105,10 +96,7 @@ def hub(cluster, hub_env):
     """A fresh test hub and proxy on :18000; stopped, and its jobs cancelled, at the end."""
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
-    # a fresh database; the logs are kept (appended) for debugging
-    store = ("portal.sqlite", "portal.sqlite-wal", "portal.sqlite-shm", "cluster.json")
-    for name in ("jupyterhub.sqlite", "jupyterhub_cookie_secret", *store):
-        (STATE / name).unlink(missing_ok=True)
+    fresh_state(STATE)  # a fresh database and profile store; the logs are kept
     result = deploy("hub.sh", "start", env=hub_env, check=False)
     assert result.returncode == 0, result.stderr
     yield f"http://127.0.0.1:{PORT}"

@@ -12,7 +12,7 @@ import pwd
 import re
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlparse
 
 import jinja2
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
@@ -20,9 +20,10 @@ from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
 
+from portal import hub_config
 from portal import settings as site_settings
 from portal.cluster import ClusterSource, check_profile, resource_lines
-from portal.store import Conflict, NotFound, ProfileStore, default_url, fields_of
+from portal.store import Conflict, NotFound, ProfileStore, fields_of
 from spawners.profiles import ProfileError, profile_from_dict, unix_groups
 from spawners.slice import FieldError
 
@@ -135,9 +136,8 @@ class ProfileOperations:
         return self.store.update(await self.validate(merged), revision, author, action)
 
     async def set_enabled(self, name, enabled, revision, author):
-        current = self.store.get(name)
         data = {"enabled": enabled, "revision": revision}
-        return await self.save(current.name, data, author, "enable" if enabled else "disable")
+        return await self.save(name, data, author, "enable" if enabled else "disable")
 
     async def revert(self, name, to_revision, revision, author):
         old = self.store.revision(name, to_revision)
@@ -208,6 +208,12 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def offered(self):
         return [p for p in self.store.profiles() if self.is_admin or p.allows(self.groups)]
+
+    def profile_or_404(self, name):
+        try:
+            return self.store.get(name)
+        except NotFound as e:
+            raise web.HTTPError(404, str(e)) from None
 
     def require_admin(self):
         if not self.is_admin:
@@ -332,13 +338,12 @@ class ProfileEditPage(BaseHandler):
         if name == "new":
             source = self.get_argument("from", "")
             if source:
-                base = fields_of(self.store.get_or_404(source))
+                base = fields_of(self.profile_or_404(source))
                 data = {**base, "name": f"{source}-copy"[:32], "enabled": False}
             else:
-                data = {**self.ops.defaults, "name": "", "display_name": "", "environment": ""}
-                data.update(description="", groups=[], enabled=True, max_gpus=1)
+                data = {"enabled": True, "max_gpus": 1}  # form() fills in the rest
             return self.form(data, new=True)
-        profile = self.store.get_or_404(name)
+        profile = self.profile_or_404(name)
         self.form(profile_json(profile), new=False)
 
     def form(self, data, new, error=None, field=None, status=200):
@@ -525,29 +530,16 @@ class CheckAPI(APIHandler):
 # -- the application -----------------------------------------------------------
 
 
-def _get_or_404(store):
-    def get_or_404(name):
-        try:
-            return store.get(name)
-        except NotFound as e:
-            raise web.HTTPError(404, str(e)) from None
-
-    return get_or_404
-
-
 def create_application(settings=None, store=None):
     settings = settings or site_settings.load()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     hub_prefix = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/")
     hub_auth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
-    portal = settings["portal"]
-    state_dir = settings["hub"]["state_dir"]
     if store is None:
-        store = ProfileStore(portal["db_url"] or default_url(state_dir))
-        store.upgrade()
-    store.get_or_404 = _get_or_404(store)
+        store = ProfileStore(hub_config.store_url(settings))
+        store.upgrade()  # the hub has done it already, unless the service runs alone
     cluster = ClusterSource(
-        portal["cluster_snapshot"] or str(Path(state_dir) / "cluster.json"),
+        hub_config.cluster_snapshot(settings),
         max_age=max(3 * settings["slurm"]["cluster_interval"], 60),
         timeout=settings["slurm"]["command_timeout"],
     )
@@ -603,8 +595,6 @@ def main():
     )
     app = create_application()
     url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
-    from urllib.parse import urlparse
-
     parsed = urlparse(url)
     server = HTTPServer(app, xheaders=True)
     server.listen(parsed.port, parsed.hostname)

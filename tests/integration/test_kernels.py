@@ -23,6 +23,7 @@ import requests
 from tornado.websocket import websocket_connect
 
 from portal import settings as portal_settings
+from tests.kernelcells import RUN_CELLS
 
 USER = "alice"
 SETTINGS = portal_settings.load()
@@ -121,33 +122,6 @@ def test_kernelspecs_leave_thread_settings_to_the_allocation(kernelspecs):
         assert not overridden, f"kernel {name} sets {overridden}"
 
 
-# Starts a kernel, runs each code cell and prints what they showed, as JSON.
-RUN_CELLS = """
-import json, sys
-from jupyter_client.manager import start_new_kernel
-
-km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=60)
-shown = []
-try:
-    for code in sys.argv[2:]:
-        out = []
-        def hook(msg):
-            content = msg["content"]
-            if msg["msg_type"] == "stream":
-                out.append(content["text"])
-            elif msg["msg_type"] in ("execute_result", "display_data"):
-                out.append(content["data"].get("text/plain", ""))
-            elif msg["msg_type"] == "error":
-                out.append("\\n".join(content["traceback"]))
-        reply = kc.execute_interactive(code, timeout=60, output_hook=hook)
-        shown.append([reply["content"]["status"], "".join(out).strip()])
-finally:
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
-print(json.dumps(shown))
-"""
-
-
 def kernel_cases():
     """(kernel, a cell showing its interpreter and threads, what it shows, what 1+1 shows)"""
     python_probe = "import os, sys; print(sys.executable, os.environ['OMP_NUM_THREADS'])"
@@ -168,6 +142,7 @@ def test_kernel_starts_and_runs_code_as_the_user(kernel, probe, expected, two, w
         f"{JUPYTER}/bin/python",
         "-c",
         RUN_CELLS,
+        "text/plain",
         kernel,
         "1+1",
         probe,

@@ -6,7 +6,6 @@ put back afterwards (running jobs survive the reconfiguration).
 """
 
 import os
-import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,19 +15,10 @@ import pytest
 from tests.conftest import JOB_NAME, deploy, squeue
 from tests.hubclient import HubClient
 from tests.loadusers import ensure_users
+from tests.measure import job_info_rpcs
 
 SESSIONS = 20
 WINDOW = 60  # seconds per measurement
-JOB_INFO_RPCS = ("REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE", "REQUEST_JOB_USER_INFO")
-
-
-def job_info_rpcs():
-    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
-    total = 0
-    for name in JOB_INFO_RPCS:
-        match = re.search(rf"^\s*{name}\s+\(\s*\d+\)\s+count:(\d+)", out, re.M)
-        total += int(match.group(1)) if match else 0
-    return total
 
 
 def rpcs_over(seconds):

@@ -18,6 +18,8 @@ import pytest
 import requests
 
 from tests.conftest import PORT, REPO
+from tests.kernelcells import RUN_CELLS
+from tests.measure import curl_seconds
 
 USER = "alice"
 HOME = pwd.getpwnam(USER).pw_dir
@@ -64,17 +66,6 @@ def tensorboard_processes(user):
 def tcp_listeners():
     out = subprocess.run(["ss", "-H", "-ltnp"], capture_output=True, text=True, check=True).stdout
     return {int(pid): line for line in out.splitlines() for pid in re.findall(r"pid=(\d+)", line)}
-
-
-def curl_seconds(*args):
-    out = subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert out[0] == "200", f"curl {args[-1]} answered {out[0]}"
-    return float(out[1])
 
 
 def kernel_environ(kernel_id, timeout=60):
@@ -125,39 +116,12 @@ def alice_logs():
     return f"pytorch/{run}"
 
 
-# Runs each cell in a kernel (the session's variables in its environment): what it showed.
-RUN_CELLS = """
-import json, sys
-from jupyter_client.manager import start_new_kernel
-
-km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=60)
-shown = []
-try:
-    for code in sys.argv[2:]:
-        out = []
-        def hook(msg):
-            content = msg["content"]
-            if msg["msg_type"] == "stream":
-                out.append(content["text"])
-            elif msg["msg_type"] in ("execute_result", "display_data"):
-                out.append(content["data"].get("text/html", content["data"].get("text/plain")))
-            elif msg["msg_type"] == "error":
-                out.append(content["ename"] + ": " + content["evalue"])
-        reply = kc.execute_interactive(code, timeout=120, output_hook=hook)
-        shown.append([reply["content"]["status"], "".join(out)])
-finally:
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
-print(json.dumps(shown))
-"""
-
-
 def run_cells_in_kernel(env, kernel, *cells):
     """Cells in a new kernel of alice's with a session kernel's variables: [[status, shown]]."""
     names = ("PORTAL_TENSORBOARD_API", "JUPYTERHUB_API_TOKEN")
     result = subprocess.run(
         ["sudo", f"--preserve-env={','.join(names)}", "-u", USER, f"{JUPYTER}/bin/python"]
-        + ["-c", RUN_CELLS, kernel, *cells],
+        + ["-c", RUN_CELLS, "text/html", kernel, *cells],
         env={**os.environ, **{name: env[name] for name in names}},
         cwd="/tmp",
         capture_output=True,

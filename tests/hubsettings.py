@@ -1,0 +1,42 @@
+"""Settings of a hub of its own (the tests', the benchmarks'), beside the demo's.
+
+A hub on PORT gets its API on PORT+81, its proxy's API on PORT+1, its admin
+service on PORT+2, its own state folder (database, profile store, cluster
+snapshot, logs) and its own Slurm job name.
+"""
+
+from pathlib import Path
+
+# What a fresh start removes from the state folder (the logs are kept).
+FRESH_START = (
+    "jupyterhub.sqlite",
+    "jupyterhub_cookie_secret",
+    "portal.sqlite",
+    "portal.sqlite-wal",
+    "portal.sqlite-shm",
+    "cluster.json",
+)
+
+
+def hub_settings(port, state, job_name):
+    """The [hub], [portal] and [slurm] job_name settings of such a hub, as TOML."""
+    return f"""
+[hub]
+bind_url = "http://127.0.0.1:{port}"
+api_port = {port + 81}
+proxy_api_port = {port + 1}
+db_url = "sqlite:///{state}/jupyterhub.sqlite"
+state_dir = "{state}"
+
+[portal]
+service_port = {port + 2}
+
+[slurm]
+job_name = "{job_name}"
+"""
+
+
+def fresh_state(state):
+    """Remove what FRESH_START names from the state folder ``state``."""
+    for name in FRESH_START:
+        (Path(state) / name).unlink(missing_ok=True)
