@@ -1,6 +1,6 @@
 """The TensorBoards of one Jupyter server: one process per log folder.
 
-What runs: ``python -m portal.tensorboard.serve`` from the server's own
+What runs: ``python -P -m portal.tensorboard.serve`` from the server's own
 environment (``sys.executable``), as the user. How it is reached: a Unix
 socket in a folder only the user can enter, never a TCP port. When it is
 ready: when the socket accepts a connection. When it stops: after
@@ -243,9 +243,16 @@ class TensorBoardManager(LoggingConfigurable):
         return self._socket_dir
 
     def command(self, tb):
-        """What runs for ``tb``: the launcher, from this server's environment."""
+        """What runs for ``tb``: the launcher, from this server's environment.
+
+        ``-P``: ``python -m`` would otherwise put its working folder, the log
+        folder, first on ``sys.path``, and a run folder named like a module
+        would be imported as one: the ``tensorflow/`` of ``logs/tensorflow/DATE``
+        becomes an empty ``tensorflow`` package, which TensorBoard then takes
+        for TensorFlow, and it loads no run.
+        """
         return [
-            sys.executable, "-m", "portal.tensorboard.serve",
+            sys.executable, "-P", "-m", "portal.tensorboard.serve",
             "--logdir", tb.path,
             "--socket", tb.socket_path,
             "--path_prefix", tb.url.rstrip("/"),

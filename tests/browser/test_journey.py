@@ -133,11 +133,6 @@ def stop_at_end(login):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="open: TensorBoard opened on the TensorFlow template's logs shows 'No dashboards "
-    "are active' (the same folder served by hand lists its runs); not diagnosed yet",
-    strict=False,
-)
 def test_journey_tensorflow(page, hub, accounts, shot, keep_template, stop_at_end):
     # 1. the portal's address; log in with a demo LDAP account
     page.goto(hub)

@@ -24,6 +24,7 @@ from tests.measure import curl_seconds
 USER = "alice"
 HOME = pwd.getpwnam(USER).pw_dir
 LOGS = f"{HOME}/logs"
+LAYOUT = f"{HOME}/logs-layout"  # a copy of the run as logs/tensorflow/DATE
 JUPYTER = "/opt/portal/envs/jupyter"
 PYTORCH = "/opt/portal/envs/pytorch/bin/python"
 # The PyTorch template as a user runs it, short: it logs under logs/pytorch/DATE.
@@ -282,6 +283,30 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     assert alice.session.get(url, timeout=30).status_code == 404
     r = alice.session.delete(f"{api}/{tb['id']}", headers=headers, timeout=30)
     assert r.status_code == 404 and "No TensorBoard" in r.json()["message"]
+
+    # -- runs in a folder named like a module, as the TensorFlow template's --
+    # logs/tensorflow/DATE: TensorBoard, started in the log folder, must not
+    # take that folder for TensorFlow (it then loads no run at all)
+    as_user(USER, "rm", "-rf", LAYOUT)
+    as_user(USER, "mkdir", "-p", f"{LAYOUT}/tensorflow")
+    as_user(USER, "cp", "-r", f"{LOGS}/{run}", f"{LAYOUT}/tensorflow/")
+    copied = "tensorflow/" + os.path.basename(run)
+    r = alice.session.post(api, json={"logdir": LAYOUT}, headers=headers, timeout=120)
+    assert r.status_code == 201, r.text
+    layout_tb = r.json()
+    layout_url = alice.url(layout_tb["url"])
+    deadline = time.monotonic() + 30  # the first load runs in the background
+    while (runs := alice.session.get(layout_url + "data/runs", timeout=60).json()) != [copied]:
+        assert time.monotonic() < deadline, f"TensorBoard of {LAYOUT} lists {runs}"
+        time.sleep(0.5)
+    tags = alice.session.get(layout_url + "data/plugin/scalars/tags", timeout=60)
+    assert set(TAGS) <= set(tags.json()[copied]), tags.text
+    r = alice.session.delete(f"{api}/{layout_tb['id']}", headers=headers, timeout=30)
+    assert r.status_code == 204, r.text
+    deadline = time.monotonic() + 10
+    while tensorboard_processes(USER) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    as_user(USER, "rm", "-rf", LAYOUT)
 
     # -- the server's stop stops its TensorBoards and removes their folder --
     r = alice.session.post(api, json={"logdir": f"logs/{run}"}, headers=headers, timeout=120)
