@@ -288,14 +288,16 @@ class SlurmPoller:
         self.snapshot = Snapshot()
         self.partitions = {}
         self.cluster_error = ""
-        self.cluster_at = 0.0
         self.expected_start = {}  # (partition, gpus) -> datetime
         self.squeue_calls = 0
         self._active = set()
+        self._followed = {}  # job id -> (submitted, callback) of running sessions
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
+        self._cluster_wake = asyncio.Event()
         self._inflight = None
         self._task = None
+        self._cluster_task = None
         self._warned_unknown = False
         self._written = ""
         self._written_at = 0.0
@@ -311,21 +313,41 @@ class SlurmPoller:
     def ensure_running(self):
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._loop())
+        if self._cluster_task is None or self._cluster_task.done():
+            self._cluster_task = asyncio.ensure_future(self._cluster_loop())
 
     async def _loop(self):
+        """squeue at a steady cadence: every ``interval`` from the start of the
+        last query (``active_interval`` while a session starts)."""
         while True:
+            began = time.monotonic()
             try:
                 await self.refresh()
-                if time.monotonic() - self.cluster_at >= self.cluster_interval:
-                    await self.refresh_cluster()
             except Exception:
                 log.exception("Slurm poll failed")
             interval = self.active_interval if self._active else self.interval
             self._wake.clear()
+            await self._sleep(self._wake, began + interval - time.monotonic())
+
+    async def _cluster_loop(self):
+        """sinfo and expected starts, in their own loop: a slow ``sbatch
+        --test-only`` never delays the squeue that notices ended jobs."""
+        while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), interval)
-            except TimeoutError:
-                pass
+                await self.refresh_cluster()
+            except Exception:
+                log.exception("Slurm cluster poll failed")
+            self._cluster_wake.clear()
+            await self._sleep(self._cluster_wake, self.cluster_interval)
+
+    @staticmethod
+    async def _sleep(wake, seconds):
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), seconds)
+        except TimeoutError:
+            pass
 
     def watch(self, key):
         """Poll at the active rate while ``key`` (a starting spawner) is watched."""
@@ -336,10 +358,30 @@ class SlurmPoller:
     def unwatch(self, key):
         self._active.discard(key)
 
+    def follow(self, job_id, submitted, callback):
+        """Call ``callback()`` (a coroutine function) as soon as a query finds
+        the job gone, rather than at the hub's next poll of the spawner."""
+        self._followed[str(job_id)] = (submitted, callback)
+        self.ensure_running()
+
+    def unfollow(self, job_id):
+        self._followed.pop(str(job_id), None)
+
+    def _notify_gone(self):
+        for job_id, (submitted, callback) in list(self._followed.items()):
+            if self.is_gone(job_id, submitted):
+                del self._followed[job_id]
+                asyncio.ensure_future(callback())
+
     def poke(self):
         """Ask for a query now (coalesced with one under way)."""
         self.ensure_running()
         self._wake.set()
+
+    def poke_cluster(self):
+        """Ask for an sinfo now (the spawn page found none yet)."""
+        self.ensure_running()
+        self._cluster_wake.set()
 
     async def wait_changed(self, timeout):
         """Wait for the next query to finish, at most ``timeout`` seconds."""
@@ -384,6 +426,7 @@ class SlurmPoller:
                 log.info("Slurm answers again")
             self._warned_unknown = False
             self.snapshot = Snapshot(jobs=parse_squeue(out), started=started, ok=True)
+            self._notify_gone()
         finally:
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()
@@ -397,7 +440,6 @@ class SlurmPoller:
 
     async def refresh_cluster(self):
         """One sinfo; then expected starts for GPU counts that do not fit now."""
-        self.cluster_at = time.monotonic()
         argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
         try:
             self.partitions = parse_sinfo(await slurm.run(argv, timeout=self.timeout))

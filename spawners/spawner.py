@@ -23,6 +23,7 @@ from datetime import datetime
 from batchspawner import SlurmSpawner
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
+from tornado.httpclient import AsyncHTTPClient
 from traitlets import Any, Float, Integer, Unicode, default
 
 from . import slurm
@@ -101,6 +102,17 @@ class PortalSpawner(SlurmSpawner):
     poll_interval_active = Float(
         1.0,
         help="""Seconds between the shared squeue while a session starts. Default 1.""",
+    ).tag(config=True)
+    groups_ttl = Float(
+        60.0,
+        help="""Seconds a user's groups, as NSS resolves them, are kept for the
+        spawn page and the profile check. A group change in LDAP applies after
+        at most this long. 0: look them up every time. Default 60.""",
+    ).tag(config=True)
+    answer_interval = Float(
+        0.1,
+        help="""Seconds between the spawner's checks that a started Jupyter
+        answers, before it hands the session to the hub. Default 0.1.""",
     ).tag(config=True)
     cluster_interval = Float(
         30.0,
@@ -218,8 +230,18 @@ class PortalSpawner(SlurmSpawner):
                 "check that LDAP users resolve (getent passwd).",
             ) from None
 
+    _groups_seen = {}  # user name -> (monotonic time, groups), shared by the hub's spawners
+
     def user_groups(self):
-        return unix_groups(self.account())
+        """The user's Unix/LDAP groups, looked up at most every ``groups_ttl``
+        seconds: an NSS group lookup through nslcd takes milliseconds on the
+        hub's one thread, and the spawn page needs it at every render."""
+        seen = self._groups_seen.get(self.user.name)
+        if seen and time.monotonic() - seen[0] < self.groups_ttl:
+            return seen[1]
+        groups = unix_groups(self.account())
+        self._groups_seen[self.user.name] = (time.monotonic(), groups)
+        return groups
 
     def offered_profiles(self):
         groups = self.user_groups()
@@ -266,7 +288,7 @@ class PortalSpawner(SlurmSpawner):
             )
         poller = self.poller
         if not poller.partitions:
-            poller.poke()  # the page never waits on Slurm; the next render has it
+            poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         profiles = []
         for p in offered:
@@ -349,6 +371,8 @@ class PortalSpawner(SlurmSpawner):
             f"--chdir={home}",
             f"--output={log_dir}/jupyter-%j.log",
             f"--export={','.join(sorted(env))}",
+            # a requeued session could not report its port again: it ends instead
+            "--no-requeue",
             *job_slice.sbatch_args(),
         ]
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
@@ -425,14 +449,7 @@ class PortalSpawner(SlurmSpawner):
                 if self.port_reported and job and job.running and job.node:
                     break
                 if poller.is_gone(self.job_id, self.submitted_at):
-                    reason = await self.job_end_reason()
-                    log_path = self.job_log
-                    self.clear_state()
-                    raise RuntimeError(
-                        "Your Slurm job ended before Jupyter started"
-                        + (f" ({reason})" if reason else "")
-                        + f". Its log: {log_path}"
-                    )
+                    await self._job_ended()
                 waits = [asyncio.ensure_future(poller.wait_changed(5))]
                 if not self.port_reported:
                     waits.append(asyncio.ensure_future(self._port_event.wait()))
@@ -443,11 +460,48 @@ class PortalSpawner(SlurmSpawner):
             poller.unwatch(self)
         self.ip = job.node
         self.gpu_indices = await self._gpu_indices()
+        await self._wait_answering()
         self.log.info(
             "Job %s of %s running on %s:%s (GPUs %s)",
             self.job_id, self.user.name, self.ip, self.port, self.gpu_indices or "none",
         )  # fmt: skip
         return self.ip, self.port
+
+    async def _wait_answering(self):
+        """Wait for Jupyter's first HTTP answer, trying every ``answer_interval``.
+
+        The port is reported before Jupyter listens; the hub's own wait backs
+        off exponentially (0.2, 0.4, ... 3.2 s) and would find the server up to
+        seconds after it answered. The hub's check still follows this one.
+        """
+        base = self.server.base_url if self.server else self.user.url
+        url = f"http://{self.ip}:{self.port}{base}api"
+        client = AsyncHTTPClient()
+        deadline = time.monotonic() + self.http_timeout
+        self.poller.watch(self)  # a job that ends meanwhile is noticed at the active rate
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    r = await client.fetch(url, raise_error=False, request_timeout=5)
+                    if r.code < 500 and r.code != 599:
+                        return
+                except OSError:
+                    pass  # not listening yet
+                if self.poller.is_gone(self.job_id, self.submitted_at):
+                    await self._job_ended()
+                await asyncio.sleep(self.answer_interval)
+        finally:
+            self.poller.unwatch(self)
+
+    async def _job_ended(self):
+        reason = await self.job_end_reason()
+        log_path = self.job_log
+        self.clear_state()
+        raise RuntimeError(
+            "Your Slurm job ended before Jupyter started"
+            + (f" ({reason})" if reason else "")
+            + f". Its log: {log_path}"
+        )
 
     async def poll(self):
         """None while the job is listed (or Slurm does not answer), 1 once it is gone."""
@@ -462,6 +516,19 @@ class PortalSpawner(SlurmSpawner):
             self.clear_state()
             return 1
         return None  # listed, or Slurm did not answer: kept as last seen
+
+    def start_polling(self):
+        """The hub's periodic poll, and a call as soon as the shared squeue finds
+        the job gone (a scancel, the time limit, a node failure): the hub shows
+        the server stopped within one squeue interval, not one plus a poll."""
+        super().start_polling()
+        if self.job_id and self._poll_callback:
+            self.poller.follow(self.job_id, self.submitted_at, self.poll_and_notify)
+
+    def stop_polling(self):
+        super().stop_polling()
+        if self.job_id:
+            self.poller.unfollow(self.job_id)
 
     async def stop(self, now=False):
         if not self.job_id:

@@ -58,8 +58,8 @@ def test_a_cancelled_job_is_noticed_within_a_poll_and_the_user_can_start_again(s
         f"(poll interval {POLL_INTERVAL:.0f} s)",
     )
     assert not bob.user_model("bob")["servers"], "the hub still shows a cancelled job's server"
-    # one hub poll, plus the age of the shared squeue it reads, plus slack
-    assert noticed_s <= 2 * POLL_INTERVAL + 1
+    # the shared squeue notifies the spawner: one interval, plus slack for a busy machine
+    assert noticed_s <= POLL_INTERVAL + 1
     home = bob.session.get(bob.url("/hub/home"), timeout=10)
     assert home.status_code == 200 and job_id not in home.text.split("Last session")[0]
 
