@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hubclient import HubClient
+from tests.hubclient import HubClient, Portal
 from tests.hubsettings import fresh_state, hub_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,6 +115,36 @@ def login(hub, accounts):
         return client
 
     return _login
+
+
+@pytest.fixture
+def portal(login):
+    """portal(name) -> a Portal client of the admin service, logged in as that user."""
+    return lambda name: Portal(login(name))
+
+
+@pytest.fixture
+def restore_profiles(portal):
+    """Put every profile back as it was before the test (as carol): the changed
+    ones restored, the deleted ones created again, the new ones deleted."""
+    carol = portal("carol")
+    before = {p["name"]: p for p in carol.get("api/profiles").json()}
+    yield
+    now = {p["name"]: p for p in carol.get("api/profiles").json()}
+    for name, old in before.items():
+        if name not in now:
+            r = carol.send(
+                "POST", "api/profiles", json={k: v for k, v in old.items() if k != "revision"}
+            )
+            assert r.status_code == 201, r.text
+            continue
+        fields = {k: old[k] for k in old if k not in ("name", "revision")}
+        if {k: now[name][k] for k in fields} != fields:
+            r = carol.put(name, **fields, revision=now[name]["revision"])
+            assert r.status_code == 200, r.text
+    for name in set(now) - set(before):
+        r = carol.send("DELETE", f"api/profiles/{name}?revision={now[name]['revision']}")
+        assert r.status_code == 204, r.text
 
 
 def user_jobs(user):

@@ -1,10 +1,13 @@
-"""A small HTTP client for the hub, as a browser uses it: login form, cookies,
-the XSRF header on API calls made with the login cookie."""
+"""Small HTTP clients for the hub and its admin service, as a browser uses
+them: login form, cookies, the XSRF header on API calls made with the login
+cookie."""
 
 import re
 import time
 
 import requests
+
+SERVICE = "/services/portal/"  # the admin service (portal.service)
 
 
 class HubClient:
@@ -61,3 +64,39 @@ class HubClient:
                 return
             time.sleep(0.3)
         raise AssertionError(f"server of {name} still there after {timeout} s")
+
+
+class Portal:
+    """A hub client speaking to the service, as the browser does (OAuth cookie, XSRF)."""
+
+    def __init__(self, client):
+        self.client = client
+        page = client.session.get(client.url(SERVICE + "profiles"), timeout=60)
+        assert page.status_code in (200, 403), page.text[:300]
+        self.xsrf = client.session.cookies.get("_xsrf", path=SERVICE)
+        assert self.xsrf, "the service set no _xsrf cookie"
+
+    def url(self, path):
+        return self.client.url(SERVICE + path)
+
+    def get(self, path, **kw):
+        return self.client.session.get(self.url(path), timeout=60, **kw)
+
+    def send(self, method, path, xsrf=True, **kw):
+        headers = {"X-XSRFToken": self.xsrf} if xsrf else {}
+        return self.client.session.request(
+            method, self.url(path), headers=headers, timeout=60, **kw
+        )
+
+    def profile(self, name):
+        r = self.get(f"api/profiles/{name}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def put(self, profile_name, **fields):
+        return self.send("PUT", f"api/profiles/{profile_name}", json=fields)
+
+    def history(self, name):
+        page = self.get(f"profiles/{name}/history")
+        assert page.status_code == 200, page.text[:300]
+        return page.text

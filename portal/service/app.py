@@ -42,10 +42,22 @@ INT_FIELDS = (
 )
 TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition")
 MAX_BODY = 64 * 1024  # bytes of a JSON body
+MAX_REVISION = 2**31
+RESERVED_NAMES = frozenset({"new"})  # page paths under profiles/  # as spawners.profiles checks a profile's revision
 
 
 class InUse(FieldError):
     """A profile that running sessions use: it may be disabled, not deleted."""
+
+
+def whole_number(text):
+    """``text`` (a form or query argument) as an int, or None unless it is 1 to 9 digits.
+
+    ASCII digits only: ``str.isdigit`` takes "²", which ``int`` refuses; and
+    at most 9 of them, so a number never outgrows what SQLite stores and compares.
+    """
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,9}", text) else None
 
 
 def form_to_dict(arguments):
@@ -66,8 +78,8 @@ def form_to_dict(arguments):
     for key in INT_FIELDS:
         text = value(key)
         if text is not None:
-            text = text.strip()
-            data[key] = int(text) if re.fullmatch(r"\d{1,9}", text) else text
+            number = whole_number(text)
+            data[key] = text.strip() if number is None else number
     if value("groups") is not None:
         data["groups"] = [g for g in re.split(r"[\s,]+", value("groups")) if g]
     data["enabled"] = value("enabled") in ("on", "true", "1")
@@ -117,12 +129,21 @@ class ProfileOperations:
     async def create(self, data, author):
         data = {**self.defaults, **data}
         data.pop("revision", None)
+        if data.get("name") in RESERVED_NAMES:
+            # profiles/new is the form for a new profile: such a profile's page would be lost
+            raise ProfileError(f"name {data['name']!r} is reserved by the editor's pages", "name")
         return self.store.create(await self.validate(data), author)
 
     def _revision(self, data):
         revision = data.pop("revision", None)
-        if isinstance(revision, bool) or not isinstance(revision, int):
-            raise ProfileError("revision (the revision you edit) is required", "revision")
+        if (
+            isinstance(revision, bool)
+            or not isinstance(revision, int)
+            or not 0 <= revision <= MAX_REVISION
+        ):
+            raise ProfileError(
+                "revision (the revision you edit, a whole number) is required", "revision"
+            )
         return revision
 
     async def save(self, name, data, author, action="update"):
@@ -271,6 +292,14 @@ class APIHandler(BaseHandler):
             raise FieldError(f"The request body is larger than {MAX_BODY} bytes")
         try:
             data = json.loads(self.request.body or b"null")
+            # \u escapes can spell half a surrogate pair: not text, and no database stores it
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise FieldError(
+                "The request body has text that is not valid Unicode (an unpaired surrogate)"
+            ) from None
+        except RecursionError:
+            raise FieldError("The request body is nested too deeply") from None
         except ValueError:
             raise FieldError("The request body is not valid JSON") from None
         if not isinstance(data, dict):
@@ -401,8 +430,7 @@ class ProfileActionPage(ProfileEditPage):
     @web.authenticated
     async def post(self, name, action):
         self.require_admin()
-        revision = self.get_argument("revision", "")
-        revision = int(revision) if revision.isdigit() else None
+        revision = whole_number(self.get_argument("revision", ""))
         try:
             if action in ("enable", "disable"):
                 p = await self.ops.set_enabled(name, action == "enable", revision, self.author)
@@ -411,8 +439,8 @@ class ProfileActionPage(ProfileEditPage):
                 await self.ops.delete(name, revision, self.author)
                 message = f"Deleted profile {name}"
             else:  # revert
-                to = self.get_argument("to", "")
-                to = int(to) if to.isdigit() else -1
+                to = whole_number(self.get_argument("to", ""))
+                to = -1 if to is None else to
                 p = await self.ops.revert(name, to, revision, self.author)
                 message = f"Profile {name} reverted to revision {to}: now revision {p.revision}"
         except NotFound as e:
@@ -503,12 +531,14 @@ class ProfileAPI(APIHandler):
     @web.authenticated
     async def delete(self, name):
         self.require_admin()
-        revision = self.get_argument("revision", "")
+        revision = whole_number(self.get_argument("revision", ""))
 
         async def delete():
-            if not revision.isdigit():
-                raise ProfileError("?revision= (the revision you delete) is required", "revision")
-            await self.ops.delete(name, int(revision), self.author)
+            if revision is None:
+                raise ProfileError(
+                    "?revision= (the revision you delete, a whole number) is required", "revision"
+                )
+            await self.ops.delete(name, revision, self.author)
 
         await self.run(delete)
 

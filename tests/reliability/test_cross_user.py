@@ -1,6 +1,7 @@
 """One user never reaches another's session: alice's server, her
 TensorBoard and her job log are refused to bob every time, through the hub,
-through bob's own server and as bob's Unix user."""
+through bob's own server and as bob's Unix user. Nor does a non-admin change
+a profile: every edit of bob's is refused, through the API and the pages."""
 
 import pwd
 import subprocess
@@ -92,3 +93,40 @@ def test_the_owner_opens_her_job_log(session):
         alice.url(f"/user/alice/api/contents/.portal/logs/jupyter-{job_id}.log"), timeout=30
     )
     assert r.status_code == 200, (r.status_code, r.text[:500])
+
+
+def test_a_non_admins_profile_edits_are_refused_every_time(portal, restore_profiles, capsys):
+    bob, carol = portal("bob"), portal("carol")
+    before = carol.get("api/profiles").json()
+    form = {"_xsrf": bob.xsrf}  # bob's own and valid: the refusal is for who he is
+    new = {"name": "bobs", "display_name": "Bob's", "environment": "pytorch", "max_gpus": 4}
+    tries = [
+        ("POST", "api/profiles", {"json": new}),
+        ("POST", "api/check", {"json": new}),
+        ("POST", "profiles/new", {"data": {**form, **new}}),
+    ]
+    for profile in before:  # the ones offered to bob, and vision, which is not
+        name, current = profile["name"], {"revision": profile["revision"]}
+        tries += [
+            ("PUT", f"api/profiles/{name}", {"json": {**current, "max_gpus": 1}}),
+            ("DELETE", f"api/profiles/{name}", {"params": current}),
+            ("POST", f"profiles/{name}", {"data": {**form, **current, "max_gpus": "1"}}),
+        ]
+        tries += [
+            ("POST", f"profiles/{name}/{action}", {"data": {**form, **current, "to": "1"}})
+            for action in ("enable", "disable", "delete", "revert")
+        ]
+    let_through = []
+    for _ in range(REPEAT):
+        for method, path, kw in tries:
+            r = bob.send(method, path, allow_redirects=False, **kw)
+            if r.status_code != 403 or "Only portal admins may change profiles" not in r.text:
+                let_through.append(f"{method} {path}: HTTP {r.status_code}")
+
+    figure(
+        capsys,
+        f"profile edits by a non-admin: {REPEAT * len(tries)} tries, "
+        f"{len(let_through)} let through",
+    )
+    assert not let_through, sorted(set(let_through))
+    assert carol.get("api/profiles").json() == before

@@ -1,5 +1,6 @@
 """Property-based fuzzing (hypothesis) of what a user can send to start a
-session: the spawn form and the hub's server-start REST API.
+session (the spawn form and the hub's server-start REST API), and of what an
+admin can send to the admin service's profile API.
 
 For every input: no 5xx; a refusal carries a message (the form again with its
 error, or HTTP 400 with ``message``) and submits nothing; an accepted input
@@ -8,19 +9,29 @@ and 48 GB per GPU, hours, partition). Inputs: wrong types, out-of-range and
 huge numbers, unicode digits and text, shell and LDAP metacharacters, sbatch
 directives, oversized values, unknown keys.
 
+The profile API (create, edit, delete, as carol): no 5xx; a refusal (4xx)
+carries ``error`` and changes nothing; an accepted input stores exactly what
+was sent; afterwards every stored profile passes the validation again
+(``spawners.profiles.profile_from_dict`` and the service's own check against
+the cluster), and the seeded profiles are unchanged.
+
 Violations are collected rather than raised at the first, so the figure
 printed at the end counts every input that broke a property.
 """
 
+import enum
 import html
 import re
 import time
+from urllib.parse import quote
 
 import pytest
 import requests
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from portal.store import FIELDS
+from spawners.profiles import ProfileError, profile_from_dict
 from tests.conftest import JOB_NAME, TEST_SETTINGS, scontrol_job, squeue
 from tests.reliability.conftest import cancel_jobs_of, figure
 
@@ -96,6 +107,16 @@ class Fuzz:
 
     def violation(self, body, what):
         self.violations.append(f"{what}: {str(body)[:200]!r}")
+
+    def refusal(self, body, r, key):
+        """A refused input: counted; a violation unless the JSON's ``key`` says why."""
+        self.refused += 1
+        try:
+            message = r.json().get(key)
+        except (ValueError, AttributeError):
+            message = None
+        if not isinstance(message, str) or not message.strip() or "Traceback" in message:
+            self.violation(body, f"HTTP {r.status_code} without a message: {r.text[:100]}")
 
     def check_accepted(self, body, options):
         """An accepted input: exactly one job, inside its profile; then stop it."""
@@ -173,13 +194,7 @@ def test_fuzz_rest_api_server_start(bob, capsys):
         elif r.status_code != 400:
             fuzz.violation(body, f"HTTP {r.status_code}, not 400")
         else:
-            fuzz.refused += 1
-            try:
-                message = r.json().get("message")
-            except ValueError:
-                message = None
-            if not message or "Traceback" in message:
-                fuzz.violation(body, f"refused without a message: {r.text[:100]}")
+            fuzz.refusal(body, r, "message")
         fuzz.nothing_started(body)
 
     post()
@@ -239,9 +254,249 @@ def test_fuzz_spawn_form(bob, capsys):
     assert not fuzz.violations, fuzz.violations[:20]
 
 
-@pytest.mark.skip(reason="TODO(issue 7, admin part): the profile API of portal/service")
-def test_fuzz_profile_api():
-    """TODO: fuzz the admin service's profile API (create/edit a profile) the
-    same way once portal/service lands: no 5xx, every refusal with a message,
-    no stored profile outside the validation of spawners.profiles, and a
-    non-admin's edit refused every time. Reuse ``Fuzz`` and ``values``."""
+# -- the admin service's profile API, as carol (a portal admin) ----------------
+
+PROFILE_EXAMPLES = {"create": 200, "edit": 200, "delete": 100}  # 500 inputs
+EDIT, DELETE = "fuzz-edit", "fuzz-delete"  # the fuzz's own profiles, edited and deleted
+TARGET = {"display_name": "Fuzz target", "environment": "pytorch", "max_gpus": 1}
+# Text that JSON carries and a form cannot (lone surrogates), and text that is
+# neither markup nor a control character yet is odd in a page or a database.
+PROFILE_TEXT = [
+    "\ud800", "a\udfffb", "\u202eevil", "\x7f", "\u00a0", "\u2028", "\ufeff", "&lt;b&gt;", " ",
+    "\t", "a\nb", "ok</td>", "'; DROP TABLE portal_profiles; --", "fuzz-edit", "pytorch",
+]  # fmt: skip
+# Bodies that are not JSON, or JSON that is hard to take.
+RAW_BODIES = [
+    b"", b"{", b"[" * 5000, b'{"a":' * 3000, b"\xff\xfe{}", b'{"name": NaN}', b"9" * 5000,
+    b'{"max_gpus": 1e999}', b'{"display_name": "\\udfff"}', b'{"name": "a", "name": "b"}',
+]  # fmt: skip
+GROUPS = ["vision", "portal-users", "a.b_c-d", "x" * 64]
+PAGE_TEXT = st.characters(exclude_categories=("Cs", "Cc"), exclude_characters="<>")
+ENVIRONMENTS = ["pytorch", "tensorflow", "jupyter", "mxnet"]  # installed ones
+
+
+class Revision(enum.Enum):
+    """What a fuzzed edit or delete names as the revision it changes."""
+
+    CURRENT = "the current one"
+    STALE = "the one before"
+    OMITTED = "none"
+
+
+# What the rules allow (the cluster may still refuse: 4 GPUs, 32 cores, 192 GB, 7 days).
+PLAUSIBLE = {
+    "display_name": st.text(PAGE_TEXT, min_size=1, max_size=80),
+    "description": st.text(PAGE_TEXT, max_size=500),
+    "environment": st.sampled_from(ENVIRONMENTS),
+    "partition": st.just("gpu"),
+    "max_gpus": st.integers(1, 4),
+    "cores_per_gpu": st.integers(1, 8),
+    "mem_per_gpu_gb": st.integers(1, 48),
+    "default_hours": st.integers(1, 24),
+    "max_hours": st.integers(24, 168),
+    "groups": st.lists(st.sampled_from(GROUPS), max_size=3),
+    "enabled": st.booleans(),
+}
+anything = st.one_of(
+    values,
+    st.integers(-1, 300),
+    st.sampled_from(METACHARACTERS + PROFILE_TEXT),
+    st.lists(st.sampled_from(["vision", "", " vision", "a)(uid=*", "*", "x" * 65, "é"])),
+    st.text(min_size=500, max_size=600),
+)
+new_names = st.from_regex(r"fuzz-[a-z0-9-]{1,20}", fullmatch=True)
+# up to two fields spoilt, sometimes an unknown one added
+spoilt = st.dictionaries(
+    st.one_of(st.sampled_from([*PLAUSIBLE, "name"]), st.text(max_size=12)), anything, max_size=2
+)
+
+
+def profile_bodies(required):
+    """A plausible profile with the ``required`` fields, any of the others and up to
+    two fields spoilt."""
+    optional = {k: v for k, v in PLAUSIBLE.items() if k not in required}
+    plausible = st.fixed_dictionaries(required, optional=optional)
+    return st.tuples(plausible, spoilt).map(lambda t: {**t[0], **t[1]})
+
+
+create_inputs = st.one_of(
+    profile_bodies(
+        {"name": new_names} | {k: PLAUSIBLE[k] for k in ("display_name", "environment")}
+    ),
+    profile_bodies({"name": new_names}),
+    st.dictionaries(st.sampled_from([*PLAUSIBLE, "name"]), anything),  # anything goes
+    values,  # not an object
+    st.sampled_from(RAW_BODIES),  # not JSON
+)
+profile_urls = st.one_of(  # the name in the URL; None: the fuzz's own profile
+    st.just(None), st.just(None), st.just(None),
+    st.sampled_from(["fuzz-nosuch", "Fuzz-Edit", "fuzz-edit ", "%2e", "new", "pytorch;id"]),
+    st.text(min_size=1, max_size=20).filter(lambda n: n not in (".", "..")),  # no path steps
+)  # fmt: skip
+revisions = st.one_of(st.just(Revision.CURRENT), st.sampled_from(Revision), values)
+edit_inputs = st.tuples(profile_urls, profile_bodies({}), revisions)
+delete_inputs = st.tuples(
+    profile_urls,
+    st.one_of(
+        st.just(Revision.CURRENT),
+        st.sampled_from(Revision),
+        st.sampled_from(["²", "٣", "１", "0", "-1", "+1", " 1", "1.0", "9" * 30, *METACHARACTERS]),
+        st.integers(-(2**70), 2**70).map(str),
+        st.text(max_size=20),
+    ),
+)
+
+
+def stored(key, value):
+    """``value`` as the store keeps field ``key``: text stripped, groups sorted once each."""
+    if key == "groups":
+        return sorted(set(value))
+    return value.strip() if isinstance(value, str) else value
+
+
+def profile_path(name):
+    """``api/profiles/NAME``, NAME quoted so it reaches the service as it is."""
+    return "api/profiles/" + quote(name, safe="")
+
+
+class ProfileFuzz(Fuzz):
+    """The profile API's checks; ``self.client`` is carol's ``Portal``."""
+
+    def answer(self, body, r, accepted):
+        """True for an accepted input; else checks the refusal (4xx, with ``error``)."""
+        if r.status_code == accepted:
+            self.accepted += 1
+            return True
+        if r.status_code >= 500:
+            self.violation(body, f"HTTP {r.status_code}")
+        elif r.status_code not in (400, 404, 409):
+            self.violation(body, f"HTTP {r.status_code}, not a refusal")
+        else:
+            self.refusal(body, r, "error")
+        return False
+
+    def check_valid(self, body, profile):
+        """A profile as the service returned or stored it: valid under the rules."""
+        try:
+            profile_from_dict(profile)
+        except ProfileError as e:
+            self.violation(body, f"stored {profile.get('name')!r}, which is invalid: {e}")
+
+    def unchanged(self, body, name, before):
+        """After a refusal: profile ``name`` is still ``before``."""
+        now = self.client.get(profile_path(name)).json()
+        if now != before:
+            self.violation(body, f"refused, yet {name} changed: {before} -> {now}")
+
+    def recreate(self, name):
+        r = self.client.send("POST", "api/profiles", json={"name": name, **TARGET})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+
+@pytest.mark.slow
+def test_fuzz_profile_api(portal, restore_profiles, capsys):
+    carol = portal("carol")
+    fuzz = ProfileFuzz(carol)
+    seeded = carol.get("api/profiles").json()
+    targets = {name: fuzz.recreate(name) for name in (EDIT, DELETE)}
+    created = set(targets)
+
+    @settings(FUZZ_SETTINGS, max_examples=PROFILE_EXAMPLES["create"])
+    @given(create_inputs)
+    @example({"name": "fuzz-s", "display_name": "a\ud800", "environment": "pytorch"})
+    @example(
+        {"name": "fuzz-s", "display_name": "S", "environment": "pytorch", "description": "\udfff"}
+    )
+    @example(b"[" * 5000)
+    def create(body):
+        fuzz.tried += 1
+        sent = {"data": body} if isinstance(body, bytes) else {"json": body}
+        r = carol.send("POST", "api/profiles", **sent)
+        if fuzz.answer(body, r, 201):
+            profile = r.json()
+            created.add(profile["name"])
+            fuzz.check_valid(body, profile)
+            if not isinstance(body, dict) or any(
+                k not in profile or profile[k] != stored(k, v)
+                for k, v in body.items()
+                if k != "revision"
+            ):
+                fuzz.violation(body, f"stored otherwise: {profile}")
+
+    @settings(FUZZ_SETTINGS, max_examples=PROFILE_EXAMPLES["edit"])
+    @given(edit_inputs)
+    @example((None, {"display_name": "\ud800"}, Revision.CURRENT))
+    @example((None, {}, 2**70))
+    def edit(case):
+        url_name, body, revision = case
+        current = targets[EDIT]
+        if revision is Revision.CURRENT:
+            body = {**body, "revision": current["revision"]}
+        elif revision is Revision.STALE:
+            body = {**body, "revision": current["revision"] - 1}
+        elif revision is not Revision.OMITTED:
+            body = {**body, "revision": revision}
+        fuzz.tried += 1
+        r = carol.send("PUT", profile_path(url_name or EDIT), json=body)
+        if not fuzz.answer((url_name, body), r, 200):
+            return fuzz.unchanged((url_name, body), EDIT, current)
+        if url_name not in (None, EDIT):
+            return fuzz.violation((url_name, body), f"edited {url_name!r}")
+        profile = targets[EDIT] = r.json()
+        fuzz.check_valid(body, profile)
+        merged = {**current, **{k: stored(k, v) for k, v in body.items() if k != "revision"}}
+        changed = any(merged[k] != current[k] for k in FIELDS)
+        expected = {**merged, "revision": current["revision"] + (1 if changed else 0)}
+        if body.get("revision") != current["revision"] or profile != expected:
+            fuzz.violation(body, f"stored otherwise: {current} -> {profile}")
+
+    @settings(FUZZ_SETTINGS, max_examples=PROFILE_EXAMPLES["delete"])
+    @given(delete_inputs)
+    @example((None, "²"))
+    @example((None, "9" * 30))
+    def delete(case):
+        url_name, revision = case
+        current = targets[DELETE]
+        if revision is Revision.CURRENT:
+            revision = str(current["revision"])
+        elif revision is Revision.STALE:
+            revision = str(current["revision"] - 1)
+        query = {} if revision is Revision.OMITTED else {"revision": revision}
+        fuzz.tried += 1
+        r = carol.send("DELETE", profile_path(url_name or DELETE), params=query)
+        if not fuzz.answer((url_name, query), r, 204):
+            return fuzz.unchanged((url_name, query), DELETE, current)
+        numbers = [int(n) for n in re.findall(r"[0-9]+", query["revision"])]
+        if url_name not in (None, DELETE) or numbers != [current["revision"]]:
+            fuzz.violation((url_name, query), f"deleted {url_name!r} at revision {revision!r}")
+        if carol.get(profile_path(DELETE)).status_code != 404:
+            fuzz.violation((url_name, query), f"204, yet {DELETE} is still there")
+        targets[DELETE] = fuzz.recreate(DELETE)
+
+    started = time.monotonic()
+    create()
+    edit()
+    delete()
+    # read back: every stored profile passes the validation again, the service's
+    # own check against the cluster included; only accepted creates are stored
+    after = carol.get("api/profiles").json()
+    for profile in after:
+        fuzz.check_valid("read back", profile)
+        verdict = carol.send("POST", "api/check", json=profile).json()
+        if verdict["error"]:
+            fuzz.violation(profile, f"stored, yet the check refuses it: {verdict['error']}")
+    seeded_names = {p["name"] for p in seeded}
+    unexpected = {p["name"] for p in after} - seeded_names - created
+    if unexpected:
+        fuzz.violation(sorted(unexpected), "stored, yet refused")
+    figure(
+        capsys,
+        f"fuzz profile API (POST, PUT, DELETE /services/portal/api/profiles): {fuzz.tried} "
+        f"inputs, {fuzz.accepted} accepted, {fuzz.refused} refused, "
+        f"{len(fuzz.violations)} errors found, {time.monotonic() - started:.0f} s",
+    )
+    assert fuzz.tried >= sum(PROFILE_EXAMPLES.values())
+    assert not fuzz.violations, fuzz.violations[:20]
+    assert [p for p in after if p["name"] in seeded_names] == seeded
+    # restore_profiles deletes what the fuzz created

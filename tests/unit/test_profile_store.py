@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from portal.cluster import check_profile, max_time_minutes, resource_lines
-from portal.service.app import form_to_dict
+from portal.service.app import form_to_dict, whole_number
 from portal.store import Conflict, NotFound, ProfileStore, default_url
 from spawners.poller import Node, Partition, parse_sinfo, snapshot_from_json, snapshot_to_json
 from spawners.profiles import ProfileError, profile_from_dict
@@ -131,6 +131,13 @@ def test_form_to_dict_keeps_what_was_typed():
         "groups": ["a", "b", "c"],
         "enabled": False,
     }
+
+
+def test_whole_number_takes_ascii_digits_only():
+    assert [whole_number(t) for t in ("7", " 12 ", "007", "999999999")] == [7, 12, 7, 999999999]
+    # "²" passes str.isdigit, not int(); past 9 digits it is no revision nor form number
+    for text in ("²", "٣", "１", "-1", "+1", "1.0", "9" * 10, "", "1 2"):
+        assert whole_number(text) is None, text
 
 
 def test_snapshot_round_trip():
