@@ -42,8 +42,8 @@ INT_FIELDS = (
 )
 TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition")
 MAX_BODY = 64 * 1024  # bytes of a JSON body
-MAX_REVISION = 2**31
-RESERVED_NAMES = frozenset({"new"})  # page paths under profiles/  # as spawners.profiles checks a profile's revision
+MAX_REVISION = 2**31  # as spawners.profiles checks a profile's revision
+RESERVED_NAMES = frozenset({"new"})  # page paths under profiles/
 
 
 class InUse(FieldError):
