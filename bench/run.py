@@ -100,10 +100,15 @@ def train_figures(figures, portal, accounts, runs, steps):
         ratio = statistics.median(in_session) / statistics.median(plain)
         figures.add("train_portal_vs_plain", ratio)
         target = portal.route_target(name)
-        proxied, server, direct = train.tensorboard_times(server_url, target, name, token)
+        proxied, server, direct, status_proxied, status_server = train.tensorboard_times(
+            server_url, target, name, token
+        )
         figures.add("tensorboard_proxy_ms", proxied * 1000, 1)
         figures.add("tensorboard_server_ms", server * 1000, 1)
         figures.add("tensorboard_direct_ms", direct * 1000, 1)
+        # the hops alone: the smallest authenticated answer of the session's server
+        figures.add("jupyter_api_status_proxy_ms", status_proxied * 1000, 1)
+        figures.add("jupyter_api_status_server_ms", status_server * 1000, 1)
         figures.add("tensorboard_proxy_vs_direct", proxied / direct)
     finally:
         spawn.stop_server(portal, client, name)

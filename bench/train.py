@@ -154,7 +154,9 @@ def plainly(user, code_cells, threads, timeout=600):
 
 def tensorboard_times(server_url, target, user, token, requests_count=20):
     """Median seconds of one scalars request: through the proxy, to the session's
-    server (``target``, the proxy's route: no proxy hop), direct on TensorBoard's socket."""
+    server (``target``, the proxy's route: no proxy hop), direct on TensorBoard's socket;
+    and, for where the time goes, of the server's smallest authenticated answer
+    (``api/status``, no TensorBoard), through the proxy and to the server."""
     import requests
 
     headers = {"Authorization": f"token {token}"}
@@ -179,12 +181,17 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
     ).stdout
     socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
     auth = ("-H", f"Authorization: token {token}")
-    proxied, server, direct = [], [], []
+    status = server_url.split(base)[1] + "api/status"
+    proxied, server, direct, status_proxied, status_server = [], [], [], [], []
     for _ in range(requests_count):  # interleaved, so all see the same machine
         proxied.append(curl_seconds(*auth, url + query))
         server.append(curl_seconds(*auth, target + tb["url"] + query))
         direct.append(
             curl_seconds("--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}")
         )
+        status_proxied.append(curl_seconds(*auth, base + status))
+        status_server.append(curl_seconds(*auth, target + status))
     requests.delete(server_url + f"portal/api/tensorboards/{tb['id']}", headers=headers, timeout=30)
-    return tuple(statistics.median(t) for t in (proxied, server, direct))
+    return tuple(
+        statistics.median(t) for t in (proxied, server, direct, status_proxied, status_server)
+    )
