@@ -129,7 +129,7 @@ class ProfileOperations:
     async def create(self, data, author):
         data = {**self.defaults, **data}
         data.pop("revision", None)
-        if data.get("name") in RESERVED_NAMES:
+        if isinstance(data.get("name"), str) and data["name"] in RESERVED_NAMES:
             # profiles/new is the form for a new profile: such a profile's page would be lost
             raise ProfileError(f"name {data['name']!r} is reserved by the editor's pages", "name")
         return self.store.create(await self.validate(data), author)

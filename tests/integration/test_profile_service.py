@@ -140,7 +140,7 @@ def test_invalid_values_are_refused_naming_the_field(portal, change, field, mess
     assert carol.history("pytorch").count("history-row") == history
 
 
-BAD_NAMES = ["new", "rm -rf", "a;id", "<b>x</b>", "$(id)", "Upper", "x" * 40, ""]
+BAD_NAMES = [[], "new", "rm -rf", "a;id", "<b>x</b>", "$(id)", "Upper", "x" * 40, ""]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)

@@ -193,9 +193,26 @@ def slurmctld_pid():
     return out.split()
 
 
+def wait_state_saved(since, timeout=30):
+    """Wait for slurmctld to write its job state after ``since`` (epoch seconds).
+
+    It writes it a few seconds after a change; killed before that, it comes
+    back with the older state, purges newer jobs as defunct and kills their
+    steps as orphans (seen: a session started 2 s before the kill was lost).
+    """
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    folder = re.search(r"^StateSaveLocation\s*=\s*(\S+)", out, re.M).group(1)
+    path = os.path.join(folder, "job_state")
+    deadline = time.monotonic() + timeout
+    while os.stat(path).st_mtime <= since:
+        assert time.monotonic() < deadline, f"slurmctld did not write {path} in {timeout} s"
+        time.sleep(0.2)
+
+
 def test_slurmctld_outage_does_not_drop_a_running_session(session):
     alice = session("alice", profile="pytorch", gpus=1)
     [(job_id, _)] = user_jobs("alice")
+    wait_state_saved(time.time())  # a crash, not a crash before Slurm recorded the job
     for pid in slurmctld_pid():
         os.kill(int(pid), 9)
     try:
