@@ -44,7 +44,9 @@ SINFO_FIELDS = [
     "AllocMem:16",
     "Time:24",
 ]
-RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "STOPPED", "SUSPENDED"}
+RUNNING_STATES = {"RUNNING", "CONFIGURING", "STOPPED", "SUSPENDED"}
+# Cancelled, timed out or failed, its processes being killed: the server is going
+ENDING_STATES = {"COMPLETING"}
 PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 UNAVAILABLE_NODE = re.compile(r"down|drain|fail|maint|unk|not_responding|inval|futr|power", re.I)
 
@@ -68,6 +70,10 @@ class Job:
     @property
     def pending(self):
         return self.state in PENDING_STATES
+
+    @property
+    def ending(self):
+        return self.state in ENDING_STATES
 
 
 @dataclass(frozen=True)
@@ -505,11 +511,13 @@ class SlurmPoller:
         return self.snapshot.jobs.get(str(job_id))
 
     def is_gone(self, job_id, submitted):
-        """Whether a successful query begun after ``submitted`` no longer lists the job."""
+        """Whether a successful query begun after ``submitted`` no longer lists
+        the job, or lists it as ending (COMPLETING: its server is being killed)."""
         snap = self.snapshot
-        return (
-            snap.ok and not snap.error and snap.started > submitted and str(job_id) not in snap.jobs
-        )
+        if not snap.ok or snap.error or snap.started <= submitted:
+            return False
+        job = snap.jobs.get(str(job_id))
+        return job is None or job.ending
 
     @property
     def unknown(self):

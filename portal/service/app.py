@@ -10,6 +10,7 @@ import logging
 import os
 import pwd
 import re
+import signal
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlencode, urlparse
@@ -639,7 +640,12 @@ def main():
             ioloop.IOLoop.current().stop()
 
     ioloop.PeriodicCallback(exit_with_the_hub, 1000).start()
-    try:
-        ioloop.IOLoop.current().start()
-    except KeyboardInterrupt:  # the hub stops its services with SIGINT
-        log.info("stopped")
+    loop = ioloop.IOLoop.current()
+    # The hub stops its services with SIGINT (then SIGTERM after 10 s). Set
+    # explicitly: a hub started in the background (hub.sh) passes SIGINT on
+    # ignored, Python then installs no handler, and the hub's stop waited its
+    # full 10 s for this service.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.asyncio_loop.add_signal_handler(signum, loop.stop)
+    loop.start()
+    log.info("stopped")

@@ -1,6 +1,13 @@
 from datetime import datetime
 
-from spawners.poller import gpu_count, parse_sinfo, parse_squeue, parse_will_run
+from spawners.poller import (
+    SlurmPoller,
+    Snapshot,
+    gpu_count,
+    parse_sinfo,
+    parse_squeue,
+    parse_will_run,
+)
 
 SQUEUE = """\
 12|alice|RUNNING|vm|None|2026-11-22T20:00:00|2026-11-23T04:00:00|gres:gpu:2|gpu
@@ -16,6 +23,19 @@ def test_parse_squeue():
     assert jobs["12"].end == datetime(2026, 11, 23, 4)
     assert jobs["13"].pending and jobs["13"].reason == "Resources" and jobs["13"].node == ""
     assert jobs["13"].start == datetime(2026, 11, 23, 4)
+
+
+def test_a_job_is_gone_when_unlisted_or_completing_in_a_later_successful_query():
+    poller = SlurmPoller("unit-test")
+    listed = SQUEUE + "14|carol|COMPLETING|vm|None|N/A|N/A|gres:gpu:1|gpu\n"
+    poller.snapshot = Snapshot(jobs=parse_squeue(listed), started=10.0, ok=True)
+    assert not poller.is_gone("12", submitted=5.0)  # RUNNING
+    assert not poller.is_gone("13", submitted=5.0)  # PENDING
+    assert poller.is_gone("14", submitted=5.0)  # COMPLETING: its server is being killed
+    assert poller.is_gone("15", submitted=5.0)  # not listed
+    assert not poller.is_gone("15", submitted=11.0)  # the query began before the sbatch
+    poller.snapshot.error = "squeue failed"
+    assert not poller.is_gone("15", submitted=5.0)  # Slurm did not answer: kept
 
 
 def test_gpu_count():
