@@ -181,7 +181,7 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
     ).stdout
     socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
     auth = ("-H", f"Authorization: token {token}")
-    status = server_url.split(base)[1] + "api/status"
+    status = server_url[len(base) :] + "api/status"  # /user/NAME/api/status
     proxied, server, direct, status_proxied, status_server = [], [], [], [], []
     for _ in range(requests_count):  # interleaved, so all see the same machine
         proxied.append(curl_seconds(*auth, url + query))

@@ -1,6 +1,7 @@
 """Browser tests: Playwright driving Debian's Chromium (no browser download).
 Screenshots go to test-artifacts/ at the top of the repository."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def dir_item(page, name):
+    """The file browser's row of ``name``."""
+    return page.locator(".jp-DirListing-item").filter(
+        has=page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(name)}$"))
+    )
 
 
 @pytest.fixture(scope="session")

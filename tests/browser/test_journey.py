@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import dir_item
 from tests.conftest import JOB_NAME, user_jobs, wait_no_jobs
 
 USER = "alice"
@@ -52,13 +53,6 @@ def keep_template():
         st = path.stat()
         path.write_bytes(content)
         os.chown(path, st.st_uid, st.st_gid)
-
-
-def dir_item(page, name):
-    """The file browser's row of ``name``."""
-    return page.locator(".jp-DirListing-item").filter(
-        has=page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(name)}$"))
-    )
 
 
 def open_in_file_browser(page, *names):

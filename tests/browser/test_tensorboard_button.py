@@ -11,6 +11,8 @@ import subprocess
 
 from playwright.sync_api import expect
 
+from tests.browser.conftest import dir_item
+
 USER = "alice"
 RUN = f"{pwd.getpwnam(USER).pw_dir}/logs/run1"
 # a fresh run: the event files of earlier test runs would draw over it
@@ -45,10 +47,7 @@ def test_tensorboard_button_opens_the_selected_folder(page, browser_login, sessi
     button = page.locator(".jp-FileBrowser-toolbar .jp-portal-tensorboard-button")
     expect(button).to_be_visible(timeout=60_000)
     expect(button).to_have_attribute("aria-disabled", "true")  # nothing selected
-    logs = page.locator('.jp-DirListing-item[data-isdir="true"]').filter(
-        has=page.get_by_text("logs", exact=True)
-    )
-    logs.click()
+    dir_item(page, "logs").click()
     expect(button).to_have_attribute("aria-disabled", "false")
     shot(page, "tensorboard-button")
 

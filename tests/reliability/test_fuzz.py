@@ -108,6 +108,16 @@ class Fuzz:
     def violation(self, body, what):
         self.violations.append(f"{what}: {str(body)[:200]!r}")
 
+    def report(self, capsys, target, minimum, extra=""):
+        """Print the figure line; then at least ``minimum`` inputs, and no violation."""
+        figure(
+            capsys,
+            f"fuzz {target}: {self.tried} inputs, {self.accepted} accepted, "
+            f"{self.refused} refused, {len(self.violations)} errors found{extra}",
+        )
+        assert self.tried >= minimum
+        assert not self.violations, self.violations[:20]
+
     def refusal(self, body, r, key):
         """A refused input: counted; a violation unless the JSON's ``key`` says why."""
         self.refused += 1
@@ -198,13 +208,7 @@ def test_fuzz_rest_api_server_start(bob, capsys):
         fuzz.nothing_started(body)
 
     post()
-    figure(
-        capsys,
-        f"fuzz REST API (POST /hub/api/users/NAME/server): {fuzz.tried} inputs, "
-        f"{fuzz.accepted} accepted, {fuzz.refused} refused, {len(fuzz.violations)} errors found",
-    )
-    assert fuzz.tried >= EXAMPLES
-    assert not fuzz.violations, fuzz.violations[:20]
+    fuzz.report(capsys, "REST API (POST /hub/api/users/NAME/server)", EXAMPLES)
 
 
 def spawn_form_action(client):
@@ -245,13 +249,7 @@ def test_fuzz_spawn_form(bob, capsys):
         fuzz.nothing_started(form)
 
     post()
-    figure(
-        capsys,
-        f"fuzz spawn form (POST /hub/spawn): {fuzz.tried} inputs, {fuzz.accepted} accepted, "
-        f"{fuzz.refused} refused, {len(fuzz.violations)} errors found",
-    )
-    assert fuzz.tried >= EXAMPLES
-    assert not fuzz.violations, fuzz.violations[:20]
+    fuzz.report(capsys, "spawn form (POST /hub/spawn)", EXAMPLES)
 
 
 # -- the admin service's profile API, as carol (a portal admin) ----------------
@@ -490,13 +488,11 @@ def test_fuzz_profile_api(portal, restore_profiles, capsys):
     unexpected = {p["name"] for p in after} - seeded_names - created
     if unexpected:
         fuzz.violation(sorted(unexpected), "stored, yet refused")
-    figure(
+    fuzz.report(
         capsys,
-        f"fuzz profile API (POST, PUT, DELETE /services/portal/api/profiles): {fuzz.tried} "
-        f"inputs, {fuzz.accepted} accepted, {fuzz.refused} refused, "
-        f"{len(fuzz.violations)} errors found, {time.monotonic() - started:.0f} s",
+        "profile API (POST, PUT, DELETE /services/portal/api/profiles)",
+        sum(PROFILE_EXAMPLES.values()),
+        extra=f", {time.monotonic() - started:.0f} s",
     )
-    assert fuzz.tried >= sum(PROFILE_EXAMPLES.values())
-    assert not fuzz.violations, fuzz.violations[:20]
     assert [p for p in after if p["name"] in seeded_names] == seeded
     # restore_profiles deletes what the fuzz created
