@@ -23,6 +23,7 @@ test:          ## install what the tests need, start the cluster, run every test
 	@bash $(DEPLOY)/packages.sh
 	@bash $(DEPLOY)/envs.sh
 	@bash $(DEPLOY)/data.sh
+	@bash $(DEPLOY)/tls.sh ensure
 	@bash $(DEPLOY)/ldap.sh start
 	@bash $(DEPLOY)/slurm.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -13,10 +13,15 @@ case ${1:-} in
         "$DEPLOY_DIR/packages.sh"
         "$DEPLOY_DIR/envs.sh"
         "$DEPLOY_DIR/data.sh"
+        "$DEPLOY_DIR/tls.sh" ensure
         if embedded; then
             "$DEPLOY_DIR/ldap.sh" start
             "$DEPLOY_DIR/slurm.sh" start
         fi
+        # The proxy's token is made anew at every start of the proxy: stop
+        # both, so each `make up` rotates it (sessions keep running; the
+        # hub puts their routes back as it starts).
+        "$DEPLOY_DIR/hub.sh" stop
         "$DEPLOY_DIR/hub.sh" start
         log "up in $((SECONDS - start)) s: open $("$DEPLOY_DIR/hub.sh" url)"
         embedded && log "demo accounts: make accounts"

@@ -1,14 +1,54 @@
 #!/usr/bin/env bash
 # The hub and its proxy: start | stop | restart (the hub alone) | status.
+# `start` and `restart` pass any further arguments to jupyterhub (the
+# benchmarks' lightweight sessions); `proxy` starts the proxy alone (the
+# benchmarks' stock-batchspawner hub, which bench/hubs.py runs itself).
 # configurable-http-proxy runs on its own so that restarting the hub keeps
 # every session reachable.
+#
+# Least privilege: this script runs as root only to prepare. The hub (and the
+# admin service it starts) runs as [hub] user, the proxy as [hub] proxy_user,
+# both system accounts made here, each with an explicit environment (nothing
+# of the caller's). The hub's one elevated action is the sudoers rule written
+# here: sbatch and scancel as members of the portal's groups, never root.
+# The proxy's token is made anew whenever the proxy starts (so at every
+# `make up`), in a file only the hub's account reads; the proxy alone gets
+# it, in its environment.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
 STATE=$PORTAL_HUB_STATE_DIR
 HUB_ENV=$PORTAL_ENVS_PREFIX/envs/hub
-PROXY_PID=$STATE/proxy.pid
-HUB_PID=$STATE/jupyterhub.pid
+# Pid files and the proxy's log in folders of root's: root never writes by
+# path into the state folder, which the hub's account owns (a link planted
+# there would have root write any file).
+RUN_DIR=/run/portal/$(basename "$STATE")
+PROXY_PID=$RUN_DIR/proxy.pid
+HUB_PID=$RUN_DIR/jupyterhub.pid
+PROXY_LOG=/var/log/portal/$(basename "$STATE")-proxy.log
+HUB_LOG=$STATE/jupyterhub.log   # opened by the hub's account itself
+# Pid files of an earlier version, which kept them (root's) in the state folder.
+for name in proxy.pid jupyterhub.pid; do
+    if [ -f "$STATE/$name" ] && [ ! -L "$STATE/$name" ] && [ "$(stat -c %u "$STATE/$name")" = 0 ]; then
+        install -d -m 0755 /run/portal "$RUN_DIR"
+        mv -f "$STATE/$name" "$RUN_DIR/$name"
+    fi
+done
+HUB_USER=$PORTAL_HUB_USER
+PROXY_USER=$PORTAL_HUB_PROXY_USER
+PROXY_KEY=$(dirname "$PORTAL_TLS_KEY")/proxy.key   # the proxy's copy of the TLS key
+SUDOERS=/etc/sudoers.d/portal
+SLURM_BIN=/usr/bin
+
+# clean_env NAME...: drop every exported variable but NAMEs (in a subshell
+# that then execs): the hub and the proxy inherit nothing of the caller's.
+clean_env() {
+    local name keep=" $* "
+    for name in $(compgen -e); do
+        [[ $keep == *" $name "* ]] || unset "$name" 2>/dev/null || true
+    done
+    export PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
+}
 URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings, hub_config; print(hub_config.public_url(settings.load()))')
 
 # The notebook templates, where sessions copy them from (world-readable),
@@ -28,12 +68,81 @@ install_templates() {
     log "notebook templates installed in $dest"
 }
 
+# ensure_account NAME: a system account with no login and no home.
+ensure_account() {
+    id -u "$1" >/dev/null 2>&1 && return 0
+    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin "$1" || die "could not create the system account $1"
+    log "created the system account $1"
+}
+
+# The sudoers rule of the hub's account: exactly Slurm's sbatch and scancel,
+# as members of the portal's groups only (never root), no password, with a
+# reset environment. Checked with visudo before it is installed.
+render_sudoers() {
+    local groups group runas=""
+    groups=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(" ".join(hub_config.portal_groups(settings.load())))')
+    for group in $groups; do runas+="%$group, "; done
+    printf '%s\n' \
+        "# Written by deploy/hub.sh of the Data Scientist Portal on every start, from" \
+        "# portal.toml ([hub] user, [ldap] allowed_groups); edit the settings." \
+        "Runas_Alias PORTAL_USERS = ${runas}!root" \
+        "Cmnd_Alias PORTAL_SLURM = $SLURM_BIN/sbatch, $SLURM_BIN/scancel" \
+        "Defaults:$HUB_USER env_reset, !setenv, !lecture" \
+        "$HUB_USER ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM"
+}
+
+install_sudoers() {
+    local content
+    content=$(render_sudoers)
+    [ -f "$SUDOERS" ] && [ "$(cat "$SUDOERS")" = "$content" ] && return 0
+    printf '%s\n' "$content" >"$SUDOERS.tmp"
+    chmod 0440 "$SUDOERS.tmp"
+    visudo -c -q -f "$SUDOERS.tmp" || { rm -f "$SUDOERS.tmp"; die "the sudoers rule is not valid (visudo -c)"; }
+    mv -f "$SUDOERS.tmp" "$SUDOERS"
+    log "wrote $SUDOERS"
+}
+
+as_hub_user() { setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups "$@"; }
+
+# The hub's account must read the repository and the settings it is given.
+check_readable() {
+    local path
+    for path in "$REPO_DIR/jupyterhub_config.py" ${PORTAL_CONFIG:+"$PORTAL_CONFIG"}; do
+        as_hub_user test -r "$path" ||
+            die "$path is not readable by the hub's account $HUB_USER: keep the repository and the settings world-readable (not under /root)"
+    done
+}
+
+is_https() { [[ $PORTAL_HUB_BIND_URL == https://* ]]; }
+
 prepare() {
     install_templates
-    install -d -m 0700 "$STATE"
-    [ -s "$STATE/proxy_token" ] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/proxy_token")
-    export CONFIGPROXY_AUTH_TOKEN
-    CONFIGPROXY_AUTH_TOKEN=$(cat "$STATE/proxy_token")
+    ensure_account "$HUB_USER"
+    ensure_account "$PROXY_USER"
+    install_sudoers
+    check_readable
+    # The hub's state (database, cookie secret, proxy token, log): its account
+    # only. (chown -R and chmod -R follow no link.)
+    install -d -m 0700 -o "$HUB_USER" -g "$HUB_USER" "$STATE"
+    chown -R "$HUB_USER:$HUB_USER" "$STATE"
+    chmod -R go-rwx "$STATE"
+    install -d -m 0755 -o root -g root /run/portal "$RUN_DIR" /var/log/portal
+    [ -f "$PROXY_LOG" ] || install -m 0600 -o "$PROXY_USER" -g "$PROXY_USER" /dev/null "$PROXY_LOG"
+    if is_https; then
+        "$DEPLOY_DIR/tls.sh" ensure
+        "$DEPLOY_DIR/tls.sh" key-copy "$PROXY_USER" "$PROXY_KEY"
+    fi
+}
+
+# A new proxy token, for a proxy about to start: printed, and written to the
+# hub's file by the hub's account itself (through stdin, never argv).
+new_proxy_token() {
+    local token
+    token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    printf '%s' "$token" | as_hub_user sh -c 'umask 077 && cat >"$1.tmp" && mv -f "$1.tmp" "$1"' sh "$STATE/proxy_token" ||
+        die "could not write $STATE/proxy_token as $HUB_USER"
+    printf '%s' "$token"
 }
 
 start_proxy() {
@@ -41,40 +150,57 @@ start_proxy() {
     local bind host port
     bind=${PORTAL_HUB_BIND_URL#*://}; bind=${bind%%/*}
     host=${bind%:*}; port=${bind##*:}
-    log "starting configurable-http-proxy on $host:$port"
-    nohup configurable-http-proxy --ip "$host" --port "$port" \
-        --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
-        --default-target "http://127.0.0.1:$PORTAL_HUB_API_PORT" \
-        --error-target "http://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error" \
-        >> "$STATE/proxy.log" 2>&1 &
+    local tls=()
+    is_https && tls=(--ssl-key "$PROXY_KEY" --ssl-cert "$PORTAL_TLS_CERT")
+    local token
+    token=$(new_proxy_token)
+    log "starting configurable-http-proxy on $host:$port as $PROXY_USER${tls:+ (HTTPS)}"
+    # The token reaches the proxy in its environment alone, never in argv.
+    (
+        clean_env
+        export CONFIGPROXY_AUTH_TOKEN=$token
+        exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
+            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" \
+            --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
+            --default-target "http://127.0.0.1:$PORTAL_HUB_API_PORT" \
+            --error-target "http://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"
+    ) </dev/null >>"$PROXY_LOG" 2>&1 &
     echo $! > "$PROXY_PID"
 }
 
 start_hub() {
     pid_alive "$HUB_PID" && return 0
-    log "starting JupyterHub (log: $STATE/jupyterhub.log)"
-    (cd "$STATE" && exec nohup "$HUB_ENV/bin/jupyterhub" -f "$REPO_DIR/jupyterhub_config.py" \
-        >> "$STATE/jupyterhub.log" 2>&1) &
+    log "starting JupyterHub as $HUB_USER (log: $HUB_LOG)"
+    # umask 077: what the hub writes (database, cookie secret, logs) is its own.
+    # Its log is opened by the hub's account, in its own folder.
+    (cd "$STATE" && clean_env PORTAL_CONFIG && export HOME="$STATE" && umask 077 && exec nohup \
+        setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups --inh-caps=-all -- \
+        sh -c 'log=$1; shift; exec "$@" >>"$log" 2>&1' sh "$HUB_LOG" \
+        "$HUB_ENV/bin/jupyterhub" -f "$REPO_DIR/jupyterhub_config.py" "$@") \
+        </dev/null >/dev/null 2>&1 &
     echo $! > "$HUB_PID"
 }
 
+# curl, checking the certificate against the portal's CA.
+get() { curl -s --cacert "$PORTAL_TLS_CA_CERT" "$@"; }
+
 login_answers() {
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "${URL}hub/login")" = 200 ]
+    [ "$(get -o /dev/null -w '%{http_code}' "${URL}hub/login")" = 200 ]
 }
 
 # The admin service answers through the proxy (it redirects to the hub's login;
 # before its route exists, the hub redirects to /hub/services/portal/).
 service_answers() {
     local answer
-    answer=$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' "${URL}services/portal/")
+    answer=$(get -o /dev/null -w '%{http_code} %{redirect_url}' "${URL}services/portal/")
     [ "${answer%% *}" = 302 ] && [[ $answer != *"/hub/services/"* ]]
 }
 
 wait_ready() {
     local deadline=$((SECONDS + 60))
     until pid_alive "$HUB_PID" && login_answers && service_answers; do
-        pid_alive "$HUB_PID" || { tail -n 30 "$STATE/jupyterhub.log" >&2; die "JupyterHub exited; its log is above"; }
-        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login or ${URL}services/portal/ did not answer within 60s (see $STATE/jupyterhub.log)"
+        pid_alive "$HUB_PID" || { tail -n 30 "$HUB_LOG" >&2; die "JupyterHub exited; its log is above"; }
+        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login or ${URL}services/portal/ did not answer within 60s (see $HUB_LOG)"
         sleep 0.2
     done
     log "portal ready at $URL"
@@ -90,14 +216,15 @@ wait_service_gone() {
 }
 
 case ${1:-} in
-    start) prepare; start_proxy; start_hub; wait_ready ;;
+    start) shift; prepare; start_proxy; start_hub "$@"; wait_ready ;;
+    proxy) prepare; start_proxy ;;
     stop) stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; stop_pidfile "$PROXY_PID" configurable-http-proxy ;;
-    restart) prepare; stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; start_proxy; start_hub; wait_ready ;;
+    restart) shift; prepare; stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; start_proxy; start_hub "$@"; wait_ready ;;
     status)
         rc=0
         if pid_alive "$PROXY_PID"; then echo "proxy: running (pid $(cat "$PROXY_PID"))"; else echo "proxy: stopped"; rc=3; fi
         if pid_alive "$HUB_PID"; then echo "hub: running (pid $(cat "$HUB_PID")) at $URL"; else echo "hub: stopped"; rc=3; fi
         exit $rc ;;
     url) echo "$URL" ;;
-    *) echo "usage: $0 start|stop|restart|status|url" >&2; exit 2 ;;
+    *) echo "usage: $0 start|restart [JUPYTERHUB_ARG...] | stop|status|url|proxy" >&2; exit 2 ;;
 esac

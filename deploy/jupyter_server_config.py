@@ -29,7 +29,8 @@ if environment:
         )
 c.MappingKernelManager.default_kernel_name = default_kernel
 
-# The session card links the job's log, kept in ~/.portal/logs: a hidden
-# folder, which the contents API refuses by default (the file browser still
-# hides it unless asked to show hidden files).
-c.ContentsManager.allow_hidden = True
+# Hidden files (~/.ssh, ~/.portal) stay out of the contents API. The session
+# card's job log is served by the portal extension (portal/joblog/JOBID).
+c.ContentsManager.allow_hidden = False
+# The portal is served over HTTPS (the proxy): browsers keep to it.
+c.ServerApp.tornado_settings = {"headers": {"Strict-Transport-Security": "max-age=31536000"}}

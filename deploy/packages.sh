@@ -13,6 +13,8 @@ PACKAGES=(
     r-base-core r-cran-irkernel environment-modules
     # tests and tools
     chromium curl procps
+    # the browser tests' trust of the portal's CA (an NSS database)
+    libnss3-tools
 )
 
 missing=()

@@ -153,12 +153,12 @@ def as_user(user, argv, **kwargs):
 
 
 def prepare(run, user):
-    """The scratch folder, made by the user, with a copy of the template."""
+    """The scratch folder, with a copy of the template, both made by the user:
+    root never writes in a folder the user controls (a link planted there
+    would have root overwrite any file)."""
     as_user(user, ["mkdir", "-p", str(run.folder)], check=True)
-    entry = pwd.getpwnam(user)
     copy = run.folder / run.notebook.name
-    shutil.copyfile(run.notebook, copy)
-    os.chown(copy, entry.pw_uid, entry.pw_gid)
+    as_user(user, ["cp", "--", str(run.notebook), str(copy)], check=True)
 
 
 def submit(run, user, sbatch_args, script):

@@ -4,7 +4,9 @@
 calls these; each only sets values on ``c`` from ``settings``.
 """
 
+import json
 import os
+import ssl
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,6 +28,25 @@ def configure_hub(c, settings):
     # must neither cancel them (batchspawner's default would) nor lose them.
     c.JupyterHub.cleanup_servers = False
     c.JupyterHub.cleanup_proxy = False
+    # Tokens the hub hands out expire: the OAuth tokens of sessions and the
+    # service (in cookies) after [hub] token_hours, API tokens users create
+    # within 30 days at most. Group changes apply sooner (refresh_user).
+    c.JupyterHub.oauth_token_expires_in = int(hub["token_hours"] * 3600)
+    c.JupyterHub.token_expires_in_max_seconds = 30 * 24 * 3600
+    if is_https(settings):
+        # The proxy serves TLS; cookies are Secure (the sessions' too, through
+        # JUPYTERHUB_COOKIE_OPTIONS) and browsers keep to HTTPS.
+        c.JupyterHub.tornado_settings = {
+            "cookie_options": {"secure": True},
+            "headers": {"Strict-Transport-Security": HSTS},
+        }
+
+
+HSTS = "max-age=31536000"
+
+
+def is_https(settings):
+    return urlparse(settings["hub"]["bind_url"]).scheme == "https"
 
 
 def configure_proxy(c, settings):
@@ -34,8 +55,10 @@ def configure_proxy(c, settings):
     hub = settings["hub"]
     c.ConfigurableHTTPProxy.should_start = False
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{hub['proxy_api_port']}"
+    # From its file (the hub's account only), never from the environment,
+    # which Spawner.env_keep or a child process could pass on.
     token_file = Path(hub["state_dir"]) / "proxy_token"
-    if "CONFIGPROXY_AUTH_TOKEN" not in os.environ and token_file.exists():
+    if token_file.exists():
         c.ConfigurableHTTPProxy.auth_token = token_file.read_text().strip()
 
 
@@ -45,10 +68,21 @@ def configure_auth(c, settings):
     c.LDAPAuthenticator.server_address = ldap["server_address"]
     c.LDAPAuthenticator.server_port = ldap["server_port"]
     c.LDAPAuthenticator.tls_strategy = ldap["tls_strategy"]
+    # ldap3 checks no certificate unless told to
+    c.LDAPAuthenticator.tls_kwargs = {
+        "validate": ssl.CERT_REQUIRED,
+        "ca_certs_file": settings["tls"]["ca_cert"],
+    }
     c.LDAPAuthenticator.bind_dn_template = [ldap["bind_dn_template"]]
     c.LDAPAuthenticator.allowed_groups = list(ldap["allowed_groups"])
     c.LDAPAuthenticator.user_search_base = f"ou=people,{ldap['base_dn']}"
     c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
+    # Group changes in LDAP apply within refresh_seconds, and before any spawn
+    # (PortalLDAPAuthenticator.refresh_user).
+    c.Authenticator.auth_refresh_age = ldap["refresh_seconds"]
+    c.Authenticator.refresh_pre_spawn = True
+    # Hub names are Unix login names (useradd's rule): they run the Slurm jobs.
+    c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 
 def profile_defaults(settings):
@@ -106,6 +140,9 @@ def configure_service(c, settings):
     portal = settings["portal"]
     repo = Path(__file__).resolve().parent.parent
     env = {"PORTAL_CONFIG": os.environ["PORTAL_CONFIG"]} if "PORTAL_CONFIG" in os.environ else {}
+    if is_https(settings):
+        # the service ignores X-Forwarded-Proto: it is told its cookies are Secure
+        env["JUPYTERHUB_COOKIE_OPTIONS"] = json.dumps({"secure": True})
     c.JupyterHub.services = [
         {
             "name": "portal",
@@ -160,6 +197,11 @@ def configure_spawner(c, settings):
     c.PortalSpawner.python_env = envs["jupyter"]
     c.PortalSpawner.templates_dir = f"{envs['prefix']}/notebook_templates"
     c.PortalSpawner.shared_data = settings["data"]["shared_data"]
+    # Sessions run only for accounts in the portal's groups, with a uid in the
+    # site's user range; sudoers allows the same groups only (deploy/hub.sh).
+    c.PortalSpawner.allowed_unix_groups = portal_groups(settings)
+    c.PortalSpawner.uid_min = settings["hub"]["uid_min"]
+    c.PortalSpawner.uid_max = settings["hub"]["uid_max"]
     c.Spawner.default_url = "/lab"
     # A queued Slurm job may take a while; the spawn page shows why.
     c.Spawner.start_timeout = 900
@@ -179,6 +221,13 @@ def start_shared_poll(c):
     except RuntimeError:  # not inside the hub (e.g. --generate-config)
         return
     loop.call_soon(lambda: PortalSpawner(config=c).poller.poke())
+
+
+def portal_groups(settings):
+    """The Unix names of the LDAP groups that may log in ([ldap] allowed_groups)."""
+    from portal.auth import group_name
+
+    return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
 
 
 def public_url(settings):

@@ -9,6 +9,11 @@ import re
 
 JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
 
+# The whole environment of every Slurm command the hub runs, and of the sudo
+# that runs one as a user: named here, nothing inherited from the hub (whose
+# environment a user could otherwise read in their own processes).
+MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
 
 class SlurmError(RuntimeError):
     """A Slurm command failed or timed out; ``str()`` says which and why."""
@@ -16,6 +21,8 @@ class SlurmError(RuntimeError):
 
 async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
     """Run ``argv`` and return its stdout (and stderr, ``with_stderr``), stripped.
+
+    The command gets ``env`` or else ``MINIMAL_ENV``, never the hub's own.
 
     Raises SlurmError with the command's stderr when it exits non-zero, and
     when it has not finished after ``timeout`` seconds (it is killed then).
@@ -25,7 +32,7 @@ async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
         stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=env,
+        env=dict(MINIMAL_ENV if env is None else env),
     )
     try:
         out, err = await asyncio.wait_for(

@@ -17,14 +17,16 @@ report, its traits); what changes:
 import asyncio
 import os
 import pwd
+import re
 import time
 from datetime import datetime
+from html import escape as html_escape
 
 from batchspawner import SlurmSpawner
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient
-from traitlets import Any, Float, Integer, Unicode, default
+from traitlets import Any, Float, Integer, List, Unicode, default
 
 from . import slurm
 from .poller import SlurmPoller
@@ -34,6 +36,15 @@ from .slice import Slice, SliceError
 
 STATE_VERSION = 2
 OPTION_KEYS = {"profile", "gpus", "hours"}
+# Names of the environment variables the batch script exports.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class LinkOptions(Exception):
+    """A GET spawn link's options: shown in the form for the user to confirm,
+    never started at once (a link from another site must not start a job)."""
+
 
 _html = Environment(
     loader=FileSystemLoader(str(TEMPLATES)),
@@ -152,6 +163,33 @@ class PortalSpawner(SlurmSpawner):
         help="""PATH of the job before the environment is activated.""",
     ).tag(config=True)
 
+    allowed_unix_groups = List(
+        Unicode(),
+        help="""Unix (LDAP) groups whose members may run sessions; an account in
+        none of them is refused before anything is submitted, whatever the
+        caller's rights (a hub admin starting a server for a system account).
+        Empty: no group check. Example: ``["portal-users", "portal-admins"]``.""",
+    ).tag(config=True)
+    uid_min = Integer(
+        1000,
+        help="""Lowest uid of an account that may run sessions: system accounts
+        (slapd's, munge's, the portal's own) are below it. Default 1000.""",
+    ).tag(config=True)
+    uid_max = Integer(
+        60000,
+        help="""Highest uid of an account that may run sessions. Default 60000.""",
+    ).tag(config=True)
+
+    @default("env_keep")
+    def _env_keep_default(self):
+        # nothing of the hub's own environment reaches a session
+        return []
+
+    @default("ip")
+    def _ip_default(self):
+        # the batch script binds the server to its node's cluster address
+        return ""
+
     @default("batchspawner_singleuser_cmd")
     def _singleuser_wrapper_default(self):
         return os.path.join(self.python_env, "bin", "batchspawner-singleuser")
@@ -171,6 +209,7 @@ class PortalSpawner(SlurmSpawner):
 
     job_slice = None
     profile = None
+    last_options = None  # the last options that passed validation (kept in the state)
     submitted_at = 0.0
     gpu_indices = ""
     _port_event = None
@@ -243,8 +282,29 @@ class PortalSpawner(SlurmSpawner):
         self._groups_seen[self.user.name] = (time.monotonic(), groups)
         return groups
 
-    def offered_profiles(self):
+    def check_account(self):
+        """Refuse, with ProfileError, an account that may not run sessions: a
+        uid outside ``uid_min``..``uid_max`` (system accounts) or in none of
+        ``allowed_unix_groups``. Returns the user's groups."""
+        entry = self.account()
+        if not self.uid_min <= entry.pw_uid <= self.uid_max:
+            raise ProfileError(
+                f"The account {self.user.name} cannot run portal sessions: its uid "
+                f"{entry.pw_uid} is outside the portal's user range "
+                f"({self.uid_min}-{self.uid_max})",
+                "user",
+            )
         groups = self.user_groups()
+        if self.allowed_unix_groups and not set(groups) & set(self.allowed_unix_groups):
+            raise ProfileError(
+                f"The account {self.user.name} cannot run portal sessions: it is in "
+                f"none of the portal's groups ({', '.join(self.allowed_unix_groups)})",
+                "user",
+            )
+        return groups
+
+    def offered_profiles(self):
+        groups = self.check_account()
         return [p for p in self.profiles() if p.allows(groups)]
 
     def resolve_options(self, options):
@@ -252,10 +312,13 @@ class PortalSpawner(SlurmSpawner):
         user's groups; ProfileError or SliceError with a message for the user."""
         if not isinstance(options, dict):
             raise ProfileError("options must be an object")
-        unknown = sorted(str(k)[:40] for k in set(options) - OPTION_KEYS)
+        unknown = sorted(repr(str(k)[:40]) for k in set(options) - OPTION_KEYS)
         if unknown:
-            raise ProfileError(f"Unknown option(s): {', '.join(unknown)}", unknown[0])
-        groups = self.user_groups()
+            raise ProfileError(f"Unknown option(s): {', '.join(unknown)}", "options")
+        for key, value in options.items():
+            if isinstance(value, str) and CONTROL_RE.search(value):
+                raise ProfileError(f"{key} must not contain control characters", key)
+        groups = self.check_account()
         offered = [p for p in self.profiles() if p.allows(groups)]
         if not offered:
             raise ProfileError("No profile is available to you; ask your admin", "profile")
@@ -269,19 +332,45 @@ class PortalSpawner(SlurmSpawner):
         profile, job_slice = self.resolve_options(options)
         return {"profile": profile.name, "gpus": job_slice.gpus, "hours": job_slice.hours}
 
+    _link_options = None
+
     def options_from_query(self, query_data):
-        return self.options_from_form(query_data)
+        """A spawn link (GET /hub/spawn?profile=...&gpus=...) never starts a job
+        by itself: its values pre-fill the form, and the user presses Start.
+        (JupyterHub renders the form with this exception's message.)"""
+        self._link_options = {
+            key: str(query_data.get(key, [""])[0])[:100] for key in OPTION_KEYS if key in query_data
+        }
+        raise LinkOptions("Check the session below and press Start to launch it.")
 
     def load_user_options(self, user_options):
-        """Validate again at start (the REST API skips the form): HTTP 400 when invalid."""
+        """Validate again at start (the REST API skips the form): HTTP 400 when
+        invalid, and the user's saved options are put back as they were (the
+        hub saved the refused ones before calling this)."""
         try:
             self.profile, self.job_slice = self.resolve_options(dict(user_options or {}))
         except (ProfileError, SliceError) as e:
+            self._restore_last_options()
             raise web.HTTPError(400, str(e)) from None
+        self.last_options = {
+            "profile": self.profile.name,
+            "gpus": self.job_slice.gpus,
+            "hours": self.job_slice.hours,
+        }
         return self.job_slice
 
+    def _restore_last_options(self):
+        orm = self.orm_spawner
+        if orm is None or orm.user_options == (self.last_options or {}):
+            return
+        orm.user_options = dict(self.last_options or {})
+        self.user.db.commit()
+
     def render_options_form(self):
-        offered = self.offered_profiles()
+        try:
+            offered = self.offered_profiles()
+        except ProfileError as e:
+            return f"<p class='alert alert-warning'>{html_escape(str(e))}.</p>"
         if not offered:
             return (
                 "<p class='alert alert-warning'>No profile is available to you; ask your admin.</p>"
@@ -290,6 +379,8 @@ class PortalSpawner(SlurmSpawner):
         if not poller.partitions:
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
+        if self._link_options is not None:
+            last, self._link_options = {**last, **self._link_options}, None
         profiles = []
         for p in offered:
             part = poller.partitions.get(p.partition)
@@ -325,7 +416,10 @@ class PortalSpawner(SlurmSpawner):
     # -- running Slurm's commands ---------------------------------------
 
     def _as_user(self, argv):
-        return ["sudo", "-E", "-u", self.user.name, "--", *argv]
+        """``argv`` run as the user through the sudoers rule (deploy/hub.sh):
+        never ``-E``; sudo resets the environment, and ``slurm.run`` gives
+        sudo itself only ``slurm.MINIMAL_ENV``."""
+        return ["sudo", "-n", "-u", self.user.name, "--", *argv]
 
     def user_env(self, env):
         entry = self.account()
@@ -334,7 +428,11 @@ class PortalSpawner(SlurmSpawner):
         return env
 
     def get_env(self):
+        """The session's environment, as the batch script exports it: the
+        hub's variables for the server (its own API token among them) and
+        the portal's; nothing of the hub's own environment (``env_keep``)."""
         env = super().get_env()
+        env["PORTAL_LOG_DIR"] = self.log_dir
         if self.profile:
             env["PORTAL_PROFILE"] = self.profile.name
             env["PORTAL_ENVIRONMENT"] = self.profile.environment
@@ -354,11 +452,16 @@ class PortalSpawner(SlurmSpawner):
     async def submit_batch_script(self):
         job_slice = self.job_slice or self.load_user_options(self.user_options)
         env = self.get_env()
+        bad = sorted(name for name in env if not ENV_NAME_RE.match(name))
+        if bad:
+            raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
-        log_dir = os.path.join(home, self.log_dir)
+        # The script itself exports the session's environment and opens its
+        # log (the user's own folder, made by the job): sbatch runs through
+        # sudo with a reset environment, and nothing runs as the user first.
         script = render_batch_script(
-            username=self.user.name,
-            summary=job_slice.describe(),
+            env=env,
+            log_dir=os.path.join(home, self.log_dir),
             environment=self.python_env,
             templates=self.templates_dir,
             shared_data=self.shared_data,
@@ -369,19 +472,15 @@ class PortalSpawner(SlurmSpawner):
             "--parsable",
             f"--job-name={self.job_name}",
             f"--chdir={home}",
-            f"--output={log_dir}/jupyter-%j.log",
-            f"--export={','.join(sorted(env))}",
+            "--output=/dev/null",
             # a requeued session could not report its port again: it ends instead
             "--no-requeue",
             *job_slice.sbatch_args(),
         ]
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
-        self.log.debug("Batch script for %s:\n%s", self.user.name, script)
+        self.log.debug("sbatch for %s: %s", self.user.name, argv)
         try:
-            await slurm.run(self._as_user(["mkdir", "-p", log_dir]), timeout=self.slurm_timeout)
-            out = await slurm.run(
-                self._as_user(argv), input=script, env=env, timeout=self.slurm_timeout
-            )
+            out = await slurm.run(self._as_user(argv), input=script, timeout=self.slurm_timeout)
             self.job_id = slurm.parse_job_id(out)
             # only a query begun after sbatch returned must list the job
             self.submitted_at = time.monotonic()
@@ -621,6 +720,8 @@ class PortalSpawner(SlurmSpawner):
             state["profile"] = self.profile.to_dict()
         if self.gpu_indices:
             state["gpu_indices"] = self.gpu_indices
+        if self.last_options:
+            state["last_options"] = self.last_options
         return state
 
     def load_state(self, state):
@@ -634,6 +735,8 @@ class PortalSpawner(SlurmSpawner):
         except (TypeError, ValueError) as e:
             self.log.warning("Ignoring saved session details of another version: %s", e)
         self.gpu_indices = state.get("gpu_indices", "")
+        if isinstance(state.get("last_options"), dict):
+            self.last_options = state["last_options"]
 
     def clear_state(self):
         super().clear_state()

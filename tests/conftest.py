@@ -19,13 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.hubclient import HubClient, Portal
-from tests.hubsettings import fresh_state, hub_settings
+from tests.hubsettings import CA_CERT, fresh_state, hub_settings, write_settings
 
 REPO = Path(__file__).resolve().parents[1]
 PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
 _SUFFIX = "" if PORT == 18000 else f"-{PORT}"
 STATE = Path(f"/var/lib/portal/test-hub{_SUFFIX}")
 JOB_NAME = f"portal-test{_SUFFIX}"
+# The test hub's settings: where its account (not root only) can read them.
+SETTINGS_FILE = Path(f"/var/lib/portal/test-settings{_SUFFIX}.toml")
+# Every requests call checks the portal's certificate against its CA.
+os.environ["REQUESTS_CA_BUNDLE"] = CA_CERT
 
 TEST_SETTINGS = (
     hub_settings(PORT, STATE, JOB_NAME)
@@ -85,9 +89,8 @@ def accounts(cluster):
 
 
 @pytest.fixture(scope="session")
-def hub_env(tmp_path_factory):
-    settings = tmp_path_factory.mktemp("settings") / "portal.toml"
-    settings.write_text(TEST_SETTINGS)
+def hub_env():
+    settings = write_settings(SETTINGS_FILE, TEST_SETTINGS)
     return {**os.environ, "PORTAL_CONFIG": str(settings)}
 
 
@@ -99,7 +102,7 @@ def hub(cluster, hub_env):
     fresh_state(STATE)  # a fresh database and profile store; the logs are kept
     result = deploy("hub.sh", "start", env=hub_env, check=False)
     assert result.returncode == 0, result.stderr
-    yield f"http://127.0.0.1:{PORT}"
+    yield f"https://127.0.0.1:{PORT}"
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
 

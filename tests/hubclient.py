@@ -7,6 +7,8 @@ import time
 
 import requests
 
+from tests.hubsettings import CA_CERT
+
 SERVICE = "/services/portal/"  # the admin service (portal.service)
 
 
@@ -14,6 +16,7 @@ class HubClient:
     def __init__(self, base_url):
         self.base = base_url.rstrip("/")
         self.session = requests.Session()
+        self.session.verify = CA_CERT
 
     def url(self, path):
         return self.base + path

@@ -7,6 +7,12 @@ snapshot, logs) and its own Slurm job name.
 
 from pathlib import Path
 
+from portal import settings as site_settings
+
+# The CA every client of the tests checks the portal's certificate against
+# (never a disabled check): [tls] ca_cert of the site settings.
+CA_CERT = site_settings.load()["tls"]["ca_cert"]
+
 # What a fresh start removes from the state folder (the logs are kept).
 FRESH_START = (
     "jupyterhub.sqlite",
@@ -22,7 +28,7 @@ def hub_settings(port, state, job_name):
     """The [hub], [portal] and [slurm] job_name settings of such a hub, as TOML."""
     return f"""
 [hub]
-bind_url = "http://127.0.0.1:{port}"
+bind_url = "https://127.0.0.1:{port}"
 api_port = {port + 81}
 proxy_api_port = {port + 1}
 db_url = "sqlite:///{state}/jupyterhub.sqlite"
@@ -34,6 +40,15 @@ service_port = {port + 2}
 [slurm]
 job_name = "{job_name}"
 """
+
+
+def write_settings(path, text):
+    """Write a hub's settings file where the hub's account can read it."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o644)
+    return path
 
 
 def fresh_state(state):

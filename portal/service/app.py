@@ -24,6 +24,7 @@ from tornado.httpserver import HTTPServer
 from portal import hub_config
 from portal import settings as site_settings
 from portal.cluster import ClusterSource, check_profile, resource_lines
+from portal.hub_config import HSTS
 from portal.store import Conflict, NotFound, ProfileStore, fields_of
 from spawners.profiles import ProfileError, profile_from_dict, unix_groups
 from spawners.slice import FieldError
@@ -203,6 +204,12 @@ def profile_json(profile):
 
 
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
+    def set_default_headers(self):
+        # Served over HTTPS (the hub says so through JUPYTERHUB_COOKIE_OPTIONS,
+        # which also makes the login cookie Secure): browsers keep to HTTPS.
+        if self.hub_auth.cookie_options.get("secure"):
+            self.set_header("Strict-Transport-Security", HSTS)
+
     @property
     def ops(self):
         return self.settings["operations"]
@@ -627,7 +634,9 @@ def main():
     app = create_application()
     url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
     parsed = urlparse(url)
-    server = HTTPServer(app, xheaders=True)
+    # No X-Forwarded-* trust: the proxy and any local user alike connect from
+    # loopback, so such headers could be forged by a direct connection.
+    server = HTTPServer(app, xheaders=False)
     server.listen(parsed.port, parsed.hostname)
     log.info("portal admin service on %s", url)
     # The hub starts and stops this service; if the hub dies without stopping

@@ -6,6 +6,7 @@ from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
 from .handlers import TensorBoardAPIHandler, TensorBoardProxyHandler, TensorBoardsAPIHandler
+from .joblog import JOB_ID_PATTERN, JobLogHandler
 from .logdir import ID_PATTERN
 from .manager import TensorBoardManager
 
@@ -50,6 +51,7 @@ class TensorBoardExtension(ExtensionApp):
                 ("portal/api/tensorboards", TensorBoardsAPIHandler, kwargs),
                 ("portal/api/tensorboards/([^/]+)", TensorBoardAPIHandler, kwargs),
                 (f"portal/tensorboard/({ID_PATTERN})(/.*)?", TensorBoardProxyHandler, kwargs),
+                (f"portal/joblog/({JOB_ID_PATTERN})", JobLogHandler),
             ]
         )
 

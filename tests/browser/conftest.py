@@ -1,10 +1,14 @@
 """Browser tests: Playwright driving Debian's Chromium (no browser download).
 Screenshots go to test-artifacts/ at the top of the repository."""
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.hubsettings import CA_CERT
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = [
@@ -25,12 +29,26 @@ def dir_item(page, name):
     )
 
 
+def trusting_home(folder):
+    """A HOME whose NSS database (Chromium's trust store on Linux) trusts the
+    portal's CA: the browser checks the certificate, as a site's users' do."""
+    nssdb = Path(folder) / ".pki" / "nssdb"
+    nssdb.mkdir(parents=True)
+    db = f"sql:{nssdb}"
+    subprocess.run(["certutil", "-d", db, "-N", "--empty-password"], check=True)
+    subprocess.run(
+        ["certutil", "-d", db, "-A", "-t", "C,,", "-n", "portal-ca", "-i", CA_CERT], check=True
+    )
+    return str(folder)
+
+
 @pytest.fixture(scope="session")
-def browser():
+def browser(tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
+    env = {**os.environ, "HOME": trusting_home(tmp_path_factory.mktemp("browser-home"))}
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, env=env)
         yield b
         b.close()
 

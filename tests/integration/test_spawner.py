@@ -212,7 +212,12 @@ def wait_state_saved(since, timeout=30):
 def test_slurmctld_outage_does_not_drop_a_running_session(session):
     alice = session("alice", profile="pytorch", gpus=1)
     [(job_id, _)] = user_jobs("alice")
-    wait_state_saved(time.time())  # a crash, not a crash before Slurm recorded the job
+    # A crash, not a crash before Slurm recorded the running job: a job the
+    # backfill scheduler starts is saved only at the next change of a job, so
+    # make one (a comment), then wait for the save.
+    since = time.time()
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "Comment=state-saved"], check=True)
+    wait_state_saved(since)
     for pid in slurmctld_pid():
         os.kill(int(pid), 9)
     try:

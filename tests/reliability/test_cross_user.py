@@ -44,7 +44,8 @@ def test_another_users_server_tensorboard_and_job_log_are_refused_every_time(
     targets = {
         "alice's JupyterLab": ("GET", base + "lab"),
         "alice's server API": ("GET", base + "api/status"),
-        "alice's job log": ("GET", f"{base}api/contents/{log_rel}"),
+        "alice's job log": ("GET", f"{base}portal/joblog/{job_id}"),
+        "alice's job log (contents)": ("GET", f"{base}api/contents/{log_rel}"),
         "alice's job log (files)": ("GET", f"{base}files/{log_rel}"),
         "alice's TensorBoard": ("GET", tb_url),
         "alice's TensorBoard data": ("GET", tb_url + "data/runs"),
@@ -83,16 +84,39 @@ def test_another_users_server_tensorboard_and_job_log_are_refused_every_time(
     assert user_jobs("alice") == [[job_id, "RUNNING"]]
 
 
-def test_the_owner_opens_her_job_log(session):
+def test_the_owner_opens_her_job_log_but_no_dotfile(session):
+    """The session card's link serves the job's log; the contents API still
+    hides every dotfile (allow_hidden is off): ~/.ssh is not served."""
     alice = session("alice", profile="pytorch", gpus=1)
     [(job_id, _)] = user_jobs("alice")
+    home = pwd.getpwnam("alice").pw_dir
+    subprocess.run(
+        [
+            "sudo",
+            "-u",
+            "alice",
+            "sh",
+            "-c",
+            f"mkdir -p -m 700 {home}/.ssh && echo KEY > {home}/.ssh/id_test",
+        ],
+        check=True,
+    )
     # the server's own OAuth cookie first, as the browser gets it opening JupyterLab
     # (an API request without it is refused with 403, not redirected)
     assert alice.session.get(alice.url("/user/alice/lab"), timeout=60).status_code == 200
-    r = alice.session.get(
-        alice.url(f"/user/alice/api/contents/.portal/logs/jupyter-{job_id}.log"), timeout=30
-    )
+    r = alice.session.get(alice.url(f"/user/alice/portal/joblog/{job_id}"), timeout=30)
     assert r.status_code == 200, (r.status_code, r.text[:500])
+    assert f"portal: job {job_id} on" in r.text
+    assert r.headers["Content-Type"].startswith("text/plain")
+    for path in (
+        "api/contents/.ssh/id_test",
+        "files/.ssh/id_test",
+        "api/contents/.ssh",
+        f"api/contents/.portal/logs/jupyter-{job_id}.log",
+        "portal/joblog/..%2F..%2F.ssh%2Fid_test",
+    ):
+        r = alice.session.get(alice.url(f"/user/alice/{path}"), timeout=30)
+        assert r.status_code >= 400 and "KEY" not in r.text, (path, r.status_code)
 
 
 def test_a_non_admins_profile_edits_are_refused_every_time(portal, restore_profiles, capsys):

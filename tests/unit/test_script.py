@@ -6,8 +6,8 @@ from spawners.script import render_batch_script
 
 def render(**overrides):
     values = dict(
-        username="alice",
-        summary="1 GPU, 8 cores, 48 GB, 8 h on partition gpu",
+        env={"JUPYTERHUB_API_TOKEN": "t0ken", "PORTAL_PROFILE": "pytorch"},
+        log_dir="/home/alice/.portal/logs",
         environment="/opt/portal/envs/jupyter",
         templates="/opt/portal/notebook_templates",
         shared_data="/srv/portal/datasets",
@@ -32,13 +32,14 @@ def test_every_value_is_quoted():
     script = render(
         environment=evil,
         cmd=["x", evil],
-        username=evil,
-        summary=evil,
+        env={"PORTAL_PROFILE": evil},
+        log_dir=evil,
         templates=evil,
         shared_data=evil,
     )
     assert shlex.quote(evil + "/bin/activate") in script
     assert "exec x " + shlex.quote(evil) in script
+    assert "export PORTAL_PROFILE=" + shlex.quote(evil) in script
     # the rendered script is valid shell in which the values stay words
     subprocess.run(["bash", "-n"], input=script.encode(), check=True)
 
@@ -48,9 +49,29 @@ def test_missing_value_is_an_error():
     import pytest
 
     with pytest.raises(jinja2.UndefinedError):
-        render_batch_script(
-            username="alice", summary="x", environment="/e", templates="", shared_data=""
-        )
+        render_batch_script(env={}, environment="/e", templates="", shared_data="")
+
+
+def test_no_value_goes_into_a_comment():
+    """A newline in a value must never end a comment and start a command:
+    comments hold no substituted value at all."""
+    evil = "x\nid > /tmp/pwned #"
+    script = render(env={"PORTAL_PROFILE": evil}, log_dir=evil, environment=evil)
+    for line in script.splitlines():
+        if line.lstrip().startswith("#"):
+            assert "pwned" not in line and "x" != line.strip("# ")
+    subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+
+
+def test_session_environment_is_exported_and_log_opened(tmp_path):
+    """The script exports the hub's variables itself and writes its own log
+    (sbatch runs with a reset environment and --output=/dev/null)."""
+    log_dir = tmp_path / "logs"
+    script = render(env={"JUPYTERHUB_API_TOKEN": "it's $secret"}, log_dir=str(log_dir))
+    head = script.split("# Thread pools", 1)[0] + 'echo "token=$JUPYTERHUB_API_TOKEN"\n'
+    subprocess.run(["bash", "-c", head], env={"SLURM_JOB_ID": "42"}, check=True)
+    assert (log_dir / "jupyter-42.log").read_text() == "token=it's $secret\n"
+    assert oct(log_dir.stat().st_mode & 0o777) == "0o700"
 
 
 def test_landing_copies_templates_without_overwriting(tmp_path):

@@ -1,0 +1,287 @@
+"""Least privilege, as the attacker with a shell on a node and a portal
+account sees it: what can alice read, reach or change of the hub, its proxy
+and their secrets? Against the real test hub, Slurm, slapd and sudo."""
+
+import json
+import os
+import pwd
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import certifi
+import pytest
+import requests
+
+from portal import settings as site_settings
+from tests.conftest import JOB_NAME, PORT, STATE, squeue, wait_no_jobs
+from tests.hubsettings import CA_CERT
+
+SITE = site_settings.load()
+HUB_USER = SITE["hub"]["user"]
+PROXY_USER = SITE["hub"]["proxy_user"]
+
+# Run as alice: every environment and command line of every process she can
+# read, until the stop file appears; one JSON line per distinct sight.
+WATCHER = r"""
+import json, os, sys, time
+stop, seen = sys.argv[1], set()
+deadline = time.monotonic() + 600
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace").replace("\0", " ")
+        except OSError:
+            continue
+        key = (cmdline, environ)
+        if key not in seen:
+            seen.add(key)
+            print(json.dumps({"pid": pid, "cmdline": cmdline, "environ": environ}), flush=True)
+    time.sleep(0.002)
+"""
+
+
+def hub_secrets():
+    """What must never show in a process of a user: the hubs' proxy tokens
+    and cookie secrets, the LDAP admin's and the accounting database's
+    passwords, other users' passwords, the TLS key."""
+    found = {}
+    for state in (STATE, Path(SITE["hub"]["state_dir"])):
+        for name in ("proxy_token", "jupyterhub_cookie_secret"):
+            path = state / name
+            if path.exists():
+                found[f"{path}"] = path.read_text().strip()
+    cluster = SITE["cluster"]
+    for path in (
+        Path(cluster["ldap_dir"]) / "admin.password",
+        Path("/etc/slurm/slurmdbd.password"),
+    ):
+        if path.exists():
+            found[str(path)] = path.read_text().strip()
+    for account in json.loads(Path(cluster["accounts_file"]).read_text()):
+        if account["username"] != "alice":
+            found[f"password of {account['username']}"] = account["password"]
+    key_lines = Path(SITE["tls"]["key"]).read_text().splitlines()
+    found["TLS key"] = key_lines[len(key_lines) // 2]
+    assert all(len(value) >= 12 for value in found.values()), "a secret too short to search for"
+    return found
+
+
+def test_a_user_sees_no_hub_secret_in_her_processes_during_a_spawn_and_a_stop(login):
+    secrets = hub_secrets()
+    folder = tempfile.mkdtemp()
+    os.chmod(folder, 0o755)
+    stop = Path(folder) / "stop"
+    watcher = subprocess.Popen(
+        ["sudo", "-u", "alice", "--", "/usr/bin/python3", "-c", WATCHER, str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    try:
+        time.sleep(1)
+        alice = login("alice")
+        r = alice.api("POST", "/users/alice/server", json={"profile": "pytorch", "gpus": 1})
+        assert r.status_code in (201, 202), r.text
+        alice.wait_ready("alice")
+        listening = listening_sockets(pwd.getpwnam("alice").pw_uid)
+        r = alice.api("DELETE", "/users/alice/server")
+        assert r.status_code in (202, 204), r.text
+        alice.wait_stopped("alice")
+        wait_no_jobs("alice")
+    finally:
+        stop.touch()
+        out, _ = watcher.communicate(timeout=60)
+    sights = [json.loads(line) for line in out.splitlines()]
+
+    # the watcher did read alice's session: its command and its environment
+    server = [s for s in sights if "jupyterhub-singleuser" in s["cmdline"]]
+    assert server, f"the watcher saw no session server among {len(sights)} sights"
+    assert any("JUPYTERHUB_API_TOKEN=" in s["environ"] for s in server)
+    leaks = sorted(
+        {
+            f"{name} in pid {s['pid']} ({s['cmdline'][:60]})"
+            for s in sights
+            for name, secret in secrets.items()
+            if secret in s["environ"] or secret in s["cmdline"]
+        }
+    )
+    assert not leaks, leaks
+    named = [s["cmdline"][:60] for s in sights if "CONFIGPROXY_AUTH_TOKEN" in s["environ"]]
+    assert not named, named
+    # her session's server listened on the node's address, never on all interfaces
+    assert listening, "no listening socket of alice's session was found"
+    assert all(not address.startswith(("0.0.0.0:", "*:", "[::]:")) for address in listening), (
+        listening
+    )
+
+
+def listening_sockets(uid):
+    """The local addresses of the TCP sockets listening as ``uid``."""
+    out = subprocess.run(["ss", "-Hltne"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3] for line in out.splitlines() if f"uid:{uid} " in line + " "]
+
+
+@pytest.mark.parametrize("name", ["openldap", "munge", "eve"])
+def test_a_hub_admin_cannot_start_a_session_for_an_account_outside_the_portal(login, name):
+    """openldap and munge are system accounts; eve is an LDAP user in no
+    portal group. The hub admin's request is refused and nothing is submitted."""
+    carol = login("carol")  # a hub admin
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    r = carol.api("POST", f"/users/{name}")
+    assert r.status_code in (201, 409), r.text
+    try:
+        r = carol.api("POST", f"/users/{name}/server", json={"profile": "pytorch", "gpus": 1})
+        assert r.status_code == 400, r.text
+        assert f"The account {name} cannot run portal sessions" in r.json()["message"]
+        assert not squeue("-u", name, "-o", "%i")
+        sacct = subprocess.run(
+            ["sacct", "-n", "-X", "-u", name, "-S", since, "-o", "JobID"],
+            capture_output=True,
+            text=True,
+        )
+        assert sacct.stdout.strip() == "", sacct.stdout
+    finally:
+        carol.api("DELETE", f"/users/{name}")
+
+
+def process_user(pid):
+    return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+
+
+def test_the_hub_the_service_and_the_proxy_run_as_unprivileged_accounts(hub):
+    run = Path("/run/portal") / STATE.name  # root's, not the state folder
+    hub_pid = (run / "jupyterhub.pid").read_text().strip()
+    proxy_pid = (run / "proxy.pid").read_text().strip()
+    assert process_user(hub_pid) == HUB_USER
+    assert process_user(proxy_pid) == PROXY_USER
+    assert "configurable-http-proxy" in Path(f"/proc/{proxy_pid}/cmdline").read_text()
+    children = Path(f"/proc/{hub_pid}/task/{hub_pid}/children").read_text().split()
+    service = [p for p in children if b"portal.service" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert service, "the admin service is not a child of the hub"
+    assert {process_user(p) for p in service} == {HUB_USER}
+    for name in (HUB_USER, PROXY_USER):
+        entry = pwd.getpwnam(name)
+        assert 0 < entry.pw_uid < 1000 and entry.pw_shell.endswith("nologin")
+    # what the proxy's API answers without its token
+    r = requests.get(f"http://127.0.0.1:{PORT + 1}/api/routes", timeout=10)
+    assert r.status_code == 403
+
+
+def as_portal(*argv):
+    return subprocess.run(
+        ["setpriv", f"--reuid={HUB_USER}", f"--regid={HUB_USER}", "--init-groups", *argv],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_hubs_account_may_run_only_slurm_commands_as_portal_users(hub):
+    listing = subprocess.run(
+        ["sudo", "-l", "-U", HUB_USER], capture_output=True, text=True, check=True
+    ).stdout
+    rules = listing.split("may run the following commands", 1)[1].strip().splitlines()[1:]
+    assert len(rules) == 1, listing
+    runas, commands = re.match(r"\s*\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
+    assert sorted(c.strip() for c in commands.split(",")) == ["/usr/bin/sbatch", "/usr/bin/scancel"]
+    assert "ALL" not in runas and {r.strip() for r in runas.split(",")} >= {
+        "%portal-users",
+        "!root",
+    }
+    assert (
+        as_portal("sudo", "-n", "-u", "alice", "--", "/usr/bin/sbatch", "--version").returncode == 0
+    )
+    refused = {
+        "root": ["-u", "root", "--", "/usr/bin/sbatch", "--version"],
+        "openldap": ["-u", "openldap", "--", "/usr/bin/sbatch", "--version"],
+        "eve": ["-u", "eve", "--", "/usr/bin/sbatch", "--version"],
+        "a shell": ["-u", "alice", "--", "/bin/sh", "-c", "id"],
+        "squeue": ["-u", "alice", "--", "/usr/bin/scontrol", "--version"],
+    }
+    let_through = [
+        what for what, argv in refused.items() if as_portal("sudo", "-n", *argv).returncode == 0
+    ]
+    assert not let_through, let_through
+
+
+def test_secrets_belong_to_their_service_account_alone(hub):
+    expect = {
+        STATE: (HUB_USER, 0o700),
+        STATE / "proxy_token": (HUB_USER, 0o600),
+        STATE / "jupyterhub_cookie_secret": (HUB_USER, 0o600),
+        STATE / "jupyterhub.sqlite": (HUB_USER, 0o600),
+        Path(SITE["cluster"]["accounts_file"]): ("root", 0o600),
+        Path(SITE["tls"]["key"]): ("root", 0o600),
+        Path(SITE["tls"]["key"]).parent / "proxy.key": (PROXY_USER, 0o400),
+    }
+    # root writes nothing in the hub's folder (a link planted there by the
+    # hub's account would make root write any file): all of it is the hub's
+    assert {pwd.getpwuid(p.lstat().st_uid).pw_name for p in STATE.iterdir()} == {HUB_USER}
+    for path, (owner, mode) in expect.items():
+        st = path.stat()
+        assert (pwd.getpwuid(st.st_uid).pw_name, oct(st.st_mode & 0o777)) == (owner, oct(mode)), (
+            path
+        )
+        assert subprocess.run(["sudo", "-u", "alice", "test", "-r", str(path)]).returncode != 0, (
+            path
+        )
+
+
+def test_the_portal_is_served_over_https_only(hub):
+    r = requests.get(f"{hub}/hub/login", verify=CA_CERT, timeout=10)
+    assert r.status_code == 200 and 'name="password"' in r.text
+    assert r.headers["Strict-Transport-Security"].startswith("max-age=")
+    assert "Secure" in r.headers["Set-Cookie"]
+    # the certificate is checked, not waved through: a client without the CA refuses it
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(f"{hub}/hub/login", verify=certifi.where(), timeout=10)
+    # plain HTTP on the same port serves no login form
+    try:
+        plain = requests.get(f"http://127.0.0.1:{PORT}/hub/login", timeout=10)
+        assert 'name="password"' not in plain.text
+    except requests.exceptions.ConnectionError:
+        pass
+
+
+def test_login_cookies_are_secure(login):
+    alice = login("alice")
+    for cookie in alice.session.cookies:
+        assert cookie.secure, cookie.name
+
+
+def test_a_spawn_link_fills_the_form_and_starts_nothing(login):
+    alice = login("alice")
+    page = alice.session.get(alice.url("/hub/spawn?profile=tensorflow&gpus=2"), timeout=30)
+    assert page.status_code == 200
+    assert "press Start" in page.text
+    assert re.search(r'<option value="tensorflow"\s+selected', page.text)
+    last = json.loads(re.search(r'id="portal-last">(.*?)</script>', page.text).group(1))
+    assert last["profile"] == "tensorflow" and str(last["gpus"]) == "2"
+    time.sleep(1)
+    assert not squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i")
+
+
+def test_a_refused_spawn_keeps_the_last_options_and_control_characters_are_refused(session):
+    alice = session("alice", profile="tensorflow", gpus=2, hours=3)
+    alice.api("DELETE", "/users/alice/server")
+    alice.wait_stopped("alice")
+    wait_no_jobs("alice")
+    for body, message in (
+        ({"profile": "pytorch", "gpus": 99}, "GPUs must be between"),
+        ({"profile": "pytorch\n#SBATCH --gres=gpu:4"}, "control characters"),
+        ({"profile": "pytorch", "hours": "2\x00"}, "control characters"),
+    ):
+        r = alice.api("POST", "/users/alice/server", json=body)
+        assert r.status_code == 400 and message in r.json()["message"], r.text
+    assert not squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i")
+    page = alice.session.get(alice.url("/hub/spawn"), timeout=30)
+    last = json.loads(re.search(r'id="portal-last">(.*?)</script>', page.text).group(1))
+    assert last == {"profile": "tensorflow", "gpus": 2, "hours": 3}
