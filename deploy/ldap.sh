@@ -5,16 +5,25 @@
 # hub is the one that runs the Slurm job).
 #
 #     deploy/ldap.sh start      # write the config, load the demo data the
-#                               # first time, start slapd and nslcd, make homes
+#                               # first time (or migrate it), start slapd and
+#                               # nslcd, make homes
 #     deploy/ldap.sh stop       # stop slapd and nslcd (the directory is kept)
 #     deploy/ldap.sh status     # exit 0 if both run, else 3
 #     deploy/ldap.sh accounts   # print the demo accounts and their passwords
 #
+# Transport: slapd offers StartTLS with [tls] cert and key (its own copy of
+# the key, readable by openldap only) and refuses a bind with a password
+# before it ("Confidentiality required"); anonymous reads stay allowed. nslcd,
+# the admin binds here and the hub use StartTLS and check the certificate
+# against [tls] ca_cert. A new certificate, key or CA restarts slapd (a new
+# CA, nslcd too).
+#
 # The demo data, loaded only into an empty directory: groups portal-users
-# (alice, bob, carol), portal-admins (carol) and vision (alice), and the users
-# alice, bob, carol and eve. eve is a valid account that no group lists
-# (memberUid), so the hub must refuse her; like everyone, though, she has
-# gidNumber 20000, so `id eve` shows portal-users as her primary group.
+# (alice, bob, carol), portal-admins (carol), vision (alice) and guests (no
+# members), and the users alice, bob, carol and eve. eve is a valid account
+# that no group lists and whose primary group is guests, so the hub refuses
+# her and `id eve` shows no portal group. A directory loaded before guests
+# existed is migrated at start (the group added, eve moved to it).
 # The passwords are random, made at that first start, and kept only in the
 # directory (hashed) and in the accounts file (root, 0600). To start over:
 # stop, remove the LDAP directory and the accounts file, start.
@@ -24,7 +33,11 @@ source "$(dirname "$0")/common.sh"
 LDAP_DIR=$PORTAL_CLUSTER_LDAP_DIR
 DATA_DIR=$LDAP_DIR/data
 SLAPD_CONF=$LDAP_DIR/slapd.conf
-SLAPD_PID=$LDAP_DIR/slapd.pid
+# slapd's pid and args files, in a folder of its own: the LDAP folder is not
+# writable by openldap (root writes slapd.conf there, by path).
+SLAPD_RUN=/run/portal/slapd
+SLAPD_PID=$SLAPD_RUN/slapd.pid
+OLD_SLAPD_PID=$LDAP_DIR/slapd.pid   # where an earlier version kept it
 ADMIN_PW_FILE=$LDAP_DIR/admin.password         # the rootdn's password (0600)
 ADMIN_HASH_FILE=$LDAP_DIR/admin.password.ssha  # its hash, for slapd.conf
 ACCOUNTS_FILE=$PORTAL_CLUSTER_ACCOUNTS_FILE
@@ -45,23 +58,34 @@ NSLCD_PID=$NSLCD_RUN/nslcd.pid      # compiled into nslcd
 NSSWITCH=/etc/nsswitch.conf
 SCHEMA_DIR=/etc/ldap/schema
 
-# The demo data. Users: name:uidNumber:given name:surname; all have the
-# primary group portal-users (gidNumber 20000).
-USERS_GID=20000
+# TLS: the certificate slapd offers, slapd's own copy of its key, and the CA
+# every client checks it against.
+CA_CERT=$PORTAL_TLS_CA_CERT
+TLS_CERT=$PORTAL_TLS_CERT
+# (a folder of its own: tls.sh key-copy makes the key's folder 0755)
+SLAPD_KEY=$LDAP_DIR/tls/slapd.key
+# The strength (SSF) a bind with a password needs: any TLS cipher has 128+.
+BIND_SSF=128
+
+# The demo data. Users: name:uidNumber:primary group:given name:surname.
 DEMO_USERS=(
-    "alice:20001:Alice:Adams"
-    "bob:20002:Bob:Baker"
-    "carol:20003:Carol:Clark"
-    "eve:20009:Eve:Evans"
+    "alice:20001:portal-users:Alice:Adams"
+    "bob:20002:portal-users:Bob:Baker"
+    "carol:20003:portal-users:Carol:Clark"
+    "eve:20009:guests:Eve:Evans"
 )
 # Groups: name:gidNumber:members (memberUid). Members of ADMIN_GROUP are hub
-# admins (portal.toml [ldap] admin_groups).
+# admins (portal.toml [ldap] admin_groups). guests is the primary group of
+# accounts that are in no portal group.
 DEMO_GROUPS=(
     "portal-users:20000:alice bob carol"
     "portal-admins:20010:carol"
     "vision:20020:alice"
+    "guests:20100:"
 )
 ADMIN_GROUP=portal-admins
+# Before guests, every demo user had this primary group (migrate_directory).
+OLD_USERS_GID=20000
 
 # ---------------------------------------------------------------- helpers
 
@@ -90,12 +114,32 @@ install_content() {
     chown "$owner" "$file"
 }
 
+# ldap_tls COMMAND...: run an ldap-utils COMMAND that checks slapd's
+# certificate against [tls] ca_cert when it starts TLS (give it -ZZ).
+ldap_tls() { LDAPTLS_CACERT=$CA_CERT LDAPTLS_REQCERT=demand "$@"; }
+
+# files_sum FILE...: a short checksum of the files' contents. slapd.conf and
+# nslcd.conf carry the one of their TLS files, so that a new certificate, key
+# or CA changes the config, and that restarts the daemon.
+files_sum() { cat "$@" | sha256sum | cut -c1-16; }
+
+# gid_of GROUP: the demo group's gidNumber.
+gid_of() {
+    local entry name gid
+    for entry in "${DEMO_GROUPS[@]}"; do
+        IFS=: read -r name gid _ <<<"$entry"
+        [ "$name" = "$1" ] && { echo "$gid"; return 0; }
+    done
+    die "no demo group $1 (DEMO_GROUPS)"
+}
+
 # ---------------------------------------------------------------- slapd
 
-# slapd_answers: the base entry can be read. (timeout: ldapsearch itself
-# would wait forever on a listener that never replies.)
+# slapd_answers: the base entry can be read over StartTLS with a valid
+# certificate. (timeout: ldapsearch itself would wait forever on a listener
+# that never replies.)
 slapd_answers() {
-    timeout 5 ldapsearch -x -LLL -o nettimeout=2 -H "$LISTEN_URI" -b "$BASE_DN" -s base dn >/dev/null 2>&1
+    ldap_tls timeout 5 ldapsearch -x -ZZ -LLL -o nettimeout=2 -H "$LISTEN_URI" -b "$BASE_DN" -s base dn >/dev/null 2>&1
 }
 
 # port_taken: something accepts connections on the port.
@@ -127,9 +171,18 @@ include $SCHEMA_DIR/nis.schema
 include $SCHEMA_DIR/inetorgperson.schema
 
 pidfile $SLAPD_PID
-argsfile $LDAP_DIR/slapd.args
+argsfile $SLAPD_RUN/slapd.args
 modulepath /usr/lib/ldap
 moduleload back_mdb
+
+# StartTLS with [tls] cert. A bind with a password needs TLS first (else
+# "Confidentiality required"); anonymous reads do not.
+# TLS files: $(files_sum "$CA_CERT" "$TLS_CERT" "$SLAPD_KEY")
+TLSCACertificateFile $CA_CERT
+TLSCertificateFile $TLS_CERT
+TLSCertificateKeyFile $SLAPD_KEY
+TLSProtocolMin 3.3
+security simple_bind=$BIND_SSF
 
 database mdb
 suffix "$BASE_DN"
@@ -155,11 +208,16 @@ EOF
 
 # Write slapd.conf; WROTE=1 if it changed.
 write_slapd_conf() {
-    # root:openldap 0770: slapd, once it dropped root, reads slapd.conf and
-    # writes its pid file here.
+    # root:openldap 0750: slapd, once it dropped root, reads slapd.conf here;
+    # only root writes here (openldap could otherwise plant links for it).
     install -d -m 0755 "$(dirname "$LDAP_DIR")"
-    install -d -o root -g openldap -m 0770 "$LDAP_DIR"
+    install -d -o root -g openldap -m 0750 "$LDAP_DIR"
+    install -d -m 0755 /run/portal
+    install -d -o openldap -g openldap -m 0755 "$SLAPD_RUN"
     install -d -o openldap -g openldap -m 0700 "$DATA_DIR"
+    # The certificate (made when missing) and slapd's own copy of the key.
+    bash "$DEPLOY_DIR/tls.sh" ensure
+    bash "$DEPLOY_DIR/tls.sh" key-copy openldap "$SLAPD_KEY"
     ensure_admin_password
     install_content "$SLAPD_CONF" 0640 root:openldap "$(render_slapd_conf)"
     if [ "$WROTE" = 1 ]; then
@@ -191,21 +249,32 @@ groups_of() {
     echo "${out[*]}"
 }
 
+# render_group NAME [CHANGETYPE]: the demo group's entry as LDIF (with a
+# changetype line for ldapmodify when given).
+render_group() {
+    local entry name gid members m
+    for entry in "${DEMO_GROUPS[@]}"; do
+        IFS=: read -r name gid members <<<"$entry"
+        [ "$name" = "$1" ] || continue
+        echo "dn: cn=$name,$GROUPS_DN"
+        [ -z "${2:-}" ] || echo "changetype: $2"
+        printf 'objectClass: posixGroup\ncn: %s\ngidNumber: %s\n' "$name" "$gid"
+        for m in $members; do echo "memberUid: $m"; done
+        echo
+    done
+}
+
 # The demo data as LDIF, parents first; the password hashes come from HASHES.
 render_demo_ldif() {
-    local entry name uid given sur gid members m
+    local entry name uid group given sur
     render_base_entry
     printf 'dn: %s\nobjectClass: organizationalUnit\nou: people\n\n' "$PEOPLE_DN"
     printf 'dn: %s\nobjectClass: organizationalUnit\nou: groups\n\n' "$GROUPS_DN"
     for entry in "${DEMO_GROUPS[@]}"; do
-        IFS=: read -r name gid members <<<"$entry"
-        printf 'dn: cn=%s,%s\nobjectClass: posixGroup\ncn: %s\ngidNumber: %s\n' \
-            "$name" "$GROUPS_DN" "$name" "$gid"
-        for m in $members; do echo "memberUid: $m"; done
-        echo
+        render_group "${entry%%:*}"
     done
     for entry in "${DEMO_USERS[@]}"; do
-        IFS=: read -r name uid given sur <<<"$entry"
+        IFS=: read -r name uid group given sur <<<"$entry"
         cat <<EOF
 dn: uid=$name,$PEOPLE_DN
 objectClass: inetOrgPerson
@@ -217,7 +286,7 @@ givenName: $given
 sn: $sur
 gecos: $given $sur
 uidNumber: $uid
-gidNumber: $USERS_GID
+gidNumber: $(gid_of "$group")
 homeDirectory: $HOME_ROOT/$name
 loginShell: /bin/bash
 userPassword: ${HASHES[$name]}
@@ -270,6 +339,55 @@ init_directory() {
     log "demo accounts in $ACCOUNTS_FILE (deploy/ldap.sh accounts)"
 }
 
+# ldap_value DN ATTR: the entry's first value of ATTR, read through slapd;
+# empty when the entry or the value is missing.
+ldap_value() {
+    local out rc=0
+    out=$(ldap_tls ldapsearch -x -ZZ -LLL -o ldif-wrap=no -H "$LISTEN_URI" -b "$1" -s base "$2" 2>&1) || rc=$?
+    # 32: no such object
+    [ "$rc" = 0 ] || [ "$rc" = 32 ] || die "reading $1 from slapd failed: $out"
+    sed -n "s/^$2: //p" <<<"$out" | head -n 1
+}
+
+# Bring a directory loaded by an older deploy/ldap.sh up to the demo data:
+# add the demo groups that are some demo user's primary group and are
+# missing (guests), and move the demo users whose gidNumber is still the old
+# common one (portal-users) to their own primary group, with the files of
+# their home. Through slapd, as the admin DN over StartTLS; a second run
+# changes nothing. Groups and members an admin changed are left alone.
+migrate_directory() {
+    local entry name group gid have ldif="" moved=()
+    for entry in "${DEMO_GROUPS[@]}"; do
+        name=${entry%%:*}
+        [[ " ${DEMO_USERS[*]} " == *":$name:"* ]] || continue
+        [ -z "$(ldap_value "cn=$name,$GROUPS_DN" gidNumber)" ] || continue
+        ldif+=$(render_group "$name" add)$'\n\n'
+    done
+    for entry in "${DEMO_USERS[@]}"; do
+        IFS=: read -r name _ group _ <<<"$entry"
+        gid=$(gid_of "$group")
+        have=$(ldap_value "uid=$name,$PEOPLE_DN" gidNumber)
+        [ "$have" = "$OLD_USERS_GID" ] && [ "$gid" != "$have" ] || continue
+        ldif+=$(printf 'dn: uid=%s,%s\nchangetype: modify\nreplace: gidNumber\ngidNumber: %s\n' \
+            "$name" "$PEOPLE_DN" "$gid")$'\n\n'
+        moved+=("$name:$gid")
+    done
+    [ -n "$ldif" ] || return 0
+    log "migrating the directory: $(grep -c '^dn:' <<<"$ldif") entries (primary groups of the demo users)"
+    ldap_tls ldapmodify -x -ZZ -H "$LISTEN_URI" -D "$ADMIN_DN" -y "$ADMIN_PW_FILE" <<<"$ldif" >/dev/null ||
+        die "migrating the directory failed (see above)"
+    for entry in "${moved[@]}"; do
+        name=${entry%%:*} gid=${entry#*:}
+        # As the user, never root, in a folder the user controls (a link or a
+        # swapped folder must not make root change another file); -h: a link
+        # is changed itself. What the user does not own is left as it is.
+        [ ! -d "$HOME_ROOT/$name" ] ||
+            setpriv --reuid="$(id -u "$name")" --regid="$gid" --init-groups \
+                find "$HOME_ROOT/$name" -xdev -gid "$OLD_USERS_GID" -exec chgrp -h "$gid" {} + 2>/dev/null || true
+        log "$name: primary group $gid"
+    done
+}
+
 start_slapd() {
     local cmd=(slapd -u openldap -g openldap -f "$SLAPD_CONF" -h "$LISTEN_URI") have
     if slapd_alive; then
@@ -296,11 +414,15 @@ start_slapd() {
 render_nslcd_conf() {
     cat <<EOF
 # Written by deploy/ldap.sh of the Data Scientist Portal on every start, from
-# portal.toml ([ldap]); edit the settings, not this file.
+# portal.toml ([ldap], [tls]); edit the settings, not this file.
 uid nslcd
 gid nslcd
 uri $SERVER_URI
 base $BASE_DN
+# StartTLS, the certificate checked against [tls] ca_cert (CA $(files_sum "$CA_CERT")).
+ssl start_tls
+tls_reqcert demand
+tls_cacertfile $CA_CERT
 # Local accounts (root, daemons) never wait for LDAP for their groups, so
 # sudo, su and cron stay fast while the directory is down.
 nss_initgroups_ignoreusers ALLLOCAL
@@ -352,10 +474,10 @@ make_homes() {
         IFS=: read -r _ _ uid gid _ home _ < <(getent passwd "$name") || continue
         if [ -z "$home" ] || [ -d "$home" ]; then continue; fi
         install -d -m 0755 "$(dirname "$home")"
-        install -d -o "$uid" -g "$gid" -m 0700 "$home"
+        # root's until filled: the user never owns a folder root writes in
+        install -d -o root -g root -m 0700 "$home"
         cp -R /etc/skel/. "$home"/
         chown -R "$uid:$gid" "$home"
-        chmod 0700 "$home"
         log "created $home"
     done
 }
@@ -363,6 +485,12 @@ make_homes() {
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
+    # A slapd started by an earlier version (its pid file in the LDAP folder).
+    if pid_alive "$OLD_SLAPD_PID" slapd; then
+        log "stopping the slapd of an earlier version"
+        stop_pidfile "$OLD_SLAPD_PID" slapd slapd
+    fi
+    rm -f "$OLD_SLAPD_PID" "$LDAP_DIR/slapd.args"
     write_slapd_conf
     if [ "$WROTE" = 1 ] && slapd_alive; then
         log "$SLAPD_CONF changed, restarting slapd"
@@ -375,9 +503,10 @@ cmd_start() {
         log "warning: $ACCOUNTS_FILE is missing; the demo passwords are lost (to start over: stop, remove $LDAP_DIR, start)"
     fi
     start_slapd
+    migrate_directory
     start_nslcd
     make_homes
-    log "up: slapd on $LISTEN_URI (base $BASE_DN), nslcd resolves its users"
+    log "up: slapd on $LISTEN_URI (base $BASE_DN, StartTLS), nslcd resolves its users"
 }
 
 cmd_stop() {

@@ -2,13 +2,20 @@
 
 The bind, the username checks and the escaping are ldapauthenticator's. This
 subclass adds only what it lacks: hub admin rights follow membership of the
-``admin_groups`` (granted and revoked at each login), and the user's portal
+``admin_groups`` (granted and revoked at each login), the user's portal
 groups are synchronised into the hub's groups (``manage_groups``) so that the
-spawner and the admin service can read them.
+spawner and the admin service can read them, and both are read again from
+LDAP after ``auth_refresh_age`` and before each spawn (``refresh_user``), so
+a user removed from the ``allowed_groups`` must log in again, and is refused.
 """
 
-from ldap3.core.exceptions import LDAPException
-from ldap3.utils.dn import parse_dn
+import asyncio
+
+import ldap3
+from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
+from ldap3.core.results import RESULT_NO_SUCH_OBJECT, RESULT_SUCCESS
+from ldap3.utils.conv import escape_filter_chars
+from ldap3.utils.dn import escape_rdn, parse_dn
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
 from traitlets import List, default
@@ -21,6 +28,19 @@ def group_name(dn):
     except Exception:
         return dn
     return value if attr.lower() == "cn" else dn
+
+
+def login_required(handler):
+    """refresh_user's answer that the user must log in again: False.
+
+    JupyterHub 6.1's refresh_auth then reads ``handler._token_authenticated``,
+    which it sets on token-authenticated requests only, so a cookie request
+    (a browser's) would fail with AttributeError (a 500 at spawn) instead of
+    asking for a new login. A request without it was not token-authenticated.
+    """
+    if handler is not None and not hasattr(handler, "_token_authenticated"):
+        handler._token_authenticated = False
+    return False
 
 
 class PortalLDAPAuthenticator(LDAPAuthenticator):
@@ -56,9 +76,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             ) from None
         if model is None:
             return None
-        ldap_groups = model["auth_state"].get("ldap_groups", [])
-        model["admin"] = any(dn in ldap_groups for dn in self.admin_groups)
-        model["groups"] = sorted(group_name(dn) for dn in ldap_groups)
+        self.apply_groups(model)
         self.log.info(
             "LDAP login of %s: groups %s, admin %s",
             model["name"],
@@ -66,6 +84,105 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             model["admin"],
         )
         return model
+
+    def apply_groups(self, model):
+        """Set the model's hub ``admin`` and ``groups`` from its ``auth_state``'s LDAP groups."""
+        ldap_groups = model["auth_state"].get("ldap_groups", [])
+        model["admin"] = any(dn in ldap_groups for dn in self.admin_groups)
+        model["groups"] = sorted(group_name(dn) for dn in ldap_groups)
+        return model
+
+    async def refresh_user(self, user, handler=None):
+        """Read the user's groups from LDAP again.
+
+        Called by the hub when the login is older than ``auth_refresh_age``
+        and before each spawn (``refresh_pre_spawn``). Returns False when the
+        account is gone or in none of the ``allowed_groups`` (the hub then asks
+        for a new login, which refuses them), else the model with ``admin``
+        and ``groups`` as LDAP has them now. When the directory does not
+        answer, the user is kept as they are (True) and it is logged.
+        """
+        try:
+            ldap_groups = await asyncio.to_thread(self.lookup_groups, user.name)
+        except LDAPException:
+            self.log.exception(
+                "LDAP server %s:%s failed while refreshing the groups of %s; kept as they "
+                "were. Check that it runs and LDAPAuthenticator.server_address/server_port/"
+                "tls_strategy/tls_kwargs",
+                self.server_address,
+                self.server_port,
+                user.name,
+            )
+            return True
+        if ldap_groups is None:
+            self.log.warning("LDAP account of %s is gone; a new login is required", user.name)
+            return login_required(handler)
+        auth_state = await user.get_auth_state() or {}
+        model = {"name": user.name, "auth_state": {**auth_state, "ldap_groups": ldap_groups}}
+        if not await self.check_allowed(user.name, model):
+            self.log.warning(
+                "%s is no longer in any of LDAPAuthenticator.allowed_groups; "
+                "a new login is required",
+                user.name,
+            )
+            return login_required(handler)
+        self.apply_groups(model)
+        self.log.info(
+            "LDAP groups of %s refreshed: %s, admin %s",
+            user.name,
+            ", ".join(model["groups"]) or "none",
+            model["admin"],
+        )
+        return model
+
+    def lookup_groups(self, username):
+        """The ``allowed_groups`` that list ``username`` now, or None when the
+        account is not in the directory.
+
+        Blocking (run it in a thread). It binds as the login's own lookups do
+        (``lookup_dn_search_user``, anonymous when unset) with the login's
+        TLS settings, finds the user's DN as the login does (``lookup_dn`` or
+        the first ``bind_dn_template`` that names an entry) and runs the
+        login's group search. Raises LDAPException when the directory fails.
+        """
+        if self.lookup_dn:
+            username, userdn = self.resolve_username(username)
+            if userdn is None:
+                return None
+            candidates = [userdn]
+        else:
+            candidates = [t.format(username=escape_rdn(username)) for t in self.bind_dn_template]
+        conn = self.get_connection(self.lookup_dn_search_user, self.lookup_dn_search_password)
+        if conn is None:
+            raise LDAPBindError(
+                f"cannot bind as {self.lookup_dn_search_user or 'anonymous'} "
+                "(LDAPAuthenticator.lookup_dn_search_user/lookup_dn_search_password)"
+            )
+
+        def found(base, search_filter, attributes=None):
+            # False for "no match" and "no such entry"; any other error raises
+            if conn.search(base, search_filter, ldap3.BASE, attributes=attributes):
+                return True
+            if conn.result["result"] not in (RESULT_SUCCESS, RESULT_NO_SUCH_OBJECT):
+                raise LDAPOperationResult(
+                    result=conn.result["result"], description=conn.result["description"]
+                )
+            return False
+
+        try:
+            userdn = next((dn for dn in candidates if found(dn, "(objectClass=*)")), None)
+            if userdn is None:
+                return None
+            member = self.group_search_filter.format(
+                userdn=escape_filter_chars(userdn), uid=escape_filter_chars(username)
+            )
+            return [
+                group
+                for group in self.allowed_groups or []
+                if found(group, member, self.group_attributes)
+            ]
+        finally:
+            conn.unbind()
 
     def check_allow_config(self):
         """Refuse, at hub start, admin groups that are never looked up at login."""

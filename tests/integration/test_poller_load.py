@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import JOB_NAME, deploy, squeue
 from tests.hubclient import HubClient
-from tests.loadusers import ensure_users
+from tests.loadusers import ensure_users, remove_users
 from tests.measure import job_info_rpcs
 
 SESSIONS = 20
@@ -47,9 +47,17 @@ def big_node(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.slow
-def test_job_info_rpcs_do_not_grow_with_sessions(hub, big_node, capsys):
+@pytest.fixture
+def load_users():
+    """The load accounts of the test, removed at its end (after big_node's scancel)."""
     accounts = ensure_users(SESSIONS)
+    yield accounts
+    remove_users(sorted(accounts))
+
+
+@pytest.mark.slow
+def test_job_info_rpcs_do_not_grow_with_sessions(hub, load_users, big_node, capsys):
+    accounts = load_users
     clients = {}
 
     def start(name):

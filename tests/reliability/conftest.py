@@ -20,7 +20,7 @@ from tests.conftest import JOB_NAME, deploy
 
 SITE = settings.load()
 SLURMCTLD_PID = Path("/run/slurm/slurmctld.pid")
-SLAPD_PID = Path(SITE["cluster"]["ldap_dir"]) / "slapd.pid"
+SLAPD_PID = Path("/run/portal/slapd/slapd.pid")  # deploy/ldap.sh
 # the test hub's Spawner.poll_interval and shared squeue interval (tests/conftest.py)
 POLL_INTERVAL = 2.0
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import JOB_NAME, squeue
 from tests.hubclient import HubClient
-from tests.loadusers import ensure_users
+from tests.loadusers import ensure_users, remove_users
 from tests.reliability.conftest import cancel_jobs_of, figure
 
 USERS = 30
@@ -25,9 +25,17 @@ def server_state(client, name):
     return "ready" if server.get("ready") else "pending"
 
 
-@pytest.mark.slow
-def test_30_users_at_once_each_run_or_queue_with_a_reason(hub, capsys):
+@pytest.fixture
+def load_users():
+    """The load accounts of the test, removed at its end."""
     accounts = ensure_users(USERS)
+    yield accounts
+    remove_users(sorted(accounts))
+
+
+@pytest.mark.slow
+def test_30_users_at_once_each_run_or_queue_with_a_reason(hub, load_users, capsys):
+    accounts = load_users
     names = sorted(accounts)
     clients = {}
     for name in names:
