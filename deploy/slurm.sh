@@ -8,6 +8,8 @@
 #                               # and mariadb-server if missing)
 #     deploy/slurm.sh stop      # stop them (Slurm's state and the database are kept)
 #     deploy/slurm.sh status    # exit 0 if all run and the node takes jobs, else 3
+#     deploy/slurm.sh sync-users  # the users of the account "portal" = the
+#                               # members of the portal's LDAP groups, root, the hub
 #
 # The configuration lives in /etc/slurm, where the commands look by default,
 # so sinfo, squeue, scontrol, sbatch and sacct work for every user with no
@@ -24,10 +26,20 @@
 # start initialises an empty /var/lib/mysql, creates the database and the
 # user, and registers the cluster and the account "portal".
 #
-# No association is required (AccountingStorageEnforce is unset): any user who
-# resolves here, LDAP users included, can submit with no sacctmgr entry; such
-# jobs show an empty Account in sacct. To charge a user to the account anyway:
-#     sacctmgr -i add user NAME account=portal
+# Slurm enforces its own limits, whoever submits (AccountingStorageEnforce=
+# associations,limits,qos,safe): a job needs an association, and the account
+# "portal" runs its jobs under the QOS "portal" only (its default), which caps
+# GPUs per user and the wall time per job ([cluster] qos_max_gpus_per_user,
+# qos_max_wall; set with sacctmgr at every start, modified when they differ).
+# With Flags=DenyOnLimit a job over a per-job limit is refused at submission;
+# jobs over the per-user total pend until the user's others end.
+# `sync-users` (also run by every start, before slurmctld restarts) gives
+# every member of the portal's groups (the cn of [ldap] allowed_groups,
+# members as `getent group` lists them), root and the hub's account ([hub]
+# user, for its `sbatch --test-only`) an association with the account, and
+# removes those who left (once their jobs have ended); root also keeps its
+# association with the account root. Anyone else is refused:
+#     sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified
 # To start accounting over: stop, remove /var/lib/mysql, start.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
@@ -62,7 +74,9 @@ MYSQL_LOG=$LOG_DIR/mariadb.log
 DB_NAME=slurm_acct_db
 DB_USER=slurm
 DB_PASS_FILE=$SLURM_ETC/slurmdbd.password   # root, 0600; never in the repository
+CLUSTER=portal
 ACCOUNT=portal
+QOS=portal                    # the account's only QOS: the limits below
 
 NODE=$(hostname -s)
 CPUS=$PORTAL_CLUSTER_NODE_CPUS
@@ -70,6 +84,11 @@ MEM_MB=$PORTAL_CLUSTER_NODE_MEM_MB
 GPUS=$PORTAL_CLUSTER_NODE_GPUS
 PARTITION=$PORTAL_SLURM_PARTITION
 MAX_TIME=$PORTAL_CLUSTER_MAX_TIME
+QOS_MAX_GPUS=$PORTAL_CLUSTER_QOS_MAX_GPUS_PER_USER
+QOS_MAX_WALL=$PORTAL_CLUSTER_QOS_MAX_WALL
+# The hub's own account: its `sbatch --test-only` (the spawn page's expected
+# starts) needs an association too.
+HUB_USER=${PORTAL_HUB_USER:-}
 
 # ---------------------------------------------------------------- processes
 
@@ -170,7 +189,7 @@ render_slurm_conf() {
 $MARKER
 # Regenerated from portal.toml ([cluster], [slurm]) on every start; edit the
 # settings, not this file.
-ClusterName=portal
+ClusterName=$CLUSTER
 SlurmctldHost=$NODE
 SlurmUser=root
 SlurmdUser=root
@@ -219,8 +238,11 @@ EnforcePartLimits=ALL
 GresTypes=gpu
 
 # Accounting in slurmdbd (sacct); a job's TRES include its GPUs (gres/gpu=N).
-# No AccountingStorageEnforce: users need no association to submit.
 # Finished jobs are also listed in $LOG_DIR/jobcomp.log.
+# Slurm's own limits, for jobs submitted outside the portal too: a job needs
+# an association (sync-users), and the limits of its association and QOS
+# (the QOS "$QOS": GPUs per user, wall time per job) hold.
+AccountingStorageEnforce=associations,limits,qos,safe
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$DBD_PORT
@@ -426,20 +448,159 @@ start_slurmdbd() {
     wait_daemon 120 slurmdbd "$DBD_PID" dbd_ok
 }
 
-# The cluster and the account, once. Users need no association (see the top).
+# The cluster and the account, once.
 register_cluster() {
-    local cluster
-    cluster=$(render_slurm_conf | sed -n 's/^ClusterName=//p')
-    if ! sacctmgr_list cluster "$cluster" format=cluster | grep -qxF "$cluster"; then
-        log "registering cluster $cluster in slurmdbd"
-        sacctmgr -i add cluster "$cluster" >/dev/null || die "sacctmgr add cluster $cluster failed"
+    if ! sacctmgr_list cluster "$CLUSTER" format=cluster | grep -qxF "$CLUSTER"; then
+        log "registering cluster $CLUSTER in slurmdbd"
+        sacctmgr -i add cluster "$CLUSTER" >/dev/null || die "sacctmgr add cluster $CLUSTER failed"
     fi
     if ! sacctmgr_list account "$ACCOUNT" format=account | grep -qxF "$ACCOUNT"; then
         log "adding account $ACCOUNT"
-        sacctmgr -i add account "$ACCOUNT" cluster="$cluster" \
+        sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" \
             description="Data Scientist Portal" organization=portal >/dev/null ||
             die "sacctmgr add account $ACCOUNT failed"
     fi
+}
+
+# slurm_time TIME: a Slurm duration (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+# D-HH:MM:SS) as sacctmgr prints a limit: whole minutes (seconds round up, as
+# Slurm keeps them), D-HH:MM:00, or HH:MM:00 under a day.
+slurm_time() {
+    local re='^(([0-9]+)-)?([0-9]+)(:([0-9]+))?(:([0-9]+))?$' d h=0 m=0 s=0 x y z
+    [[ $1 =~ $re ]] || return 1
+    d=${BASH_REMATCH[2]:-0} x=${BASH_REMATCH[3]} y=${BASH_REMATCH[5]} z=${BASH_REMATCH[7]}
+    if [ -n "${BASH_REMATCH[1]}" ]; then h=$x m=${y:-0} s=${z:-0}
+    elif [ -n "$z" ]; then h=$x m=$y s=$z
+    elif [ -n "$y" ]; then m=$x s=$y
+    else m=$x
+    fi
+    m=$(((10#$d * 24 + 10#$h) * 60 + 10#$m + (10#$s + 59) / 60))
+    if [ $((m / 1440)) -gt 0 ]; then
+        printf '%d-%02d:%02d:00\n' $((m / 1440)) $((m % 1440 / 60)) $((m % 60))
+    else
+        printf '%02d:%02d:00\n' $((m / 60)) $((m % 60))
+    fi
+}
+
+# check_limits: the QOS limits of [cluster] qos_max_* (0 and "": none) in
+# sacctmgr's terms, QOS_WALL and QOS_GPUS; refused before anything starts.
+check_limits() {
+    QOS_WALL="" QOS_GPUS=""
+    if [ -n "$QOS_MAX_WALL" ]; then
+        QOS_WALL=$(slurm_time "$QOS_MAX_WALL") ||
+            die "[cluster] qos_max_wall = '$QOS_MAX_WALL' is not a Slurm time such as \"1-00:00:00\" (\"\": no limit)"
+    fi
+    [[ $QOS_MAX_GPUS =~ ^[0-9]+$ ]] ||
+        die "[cluster] qos_max_gpus_per_user = $QOS_MAX_GPUS: use a number of GPUs (0: no limit)"
+    [ "$QOS_MAX_GPUS" -eq 0 ] || QOS_GPUS=gres/gpu=$QOS_MAX_GPUS
+}
+
+# The QOS of the account's jobs, with the limits of check_limits and
+# DenyOnLimit. Added, or modified where it differs: one sacctmgr list when it
+# is as configured. TRES limits and flags that a site added itself are kept.
+ensure_qos() {
+    local wall=$QOS_WALL gpus=$QOS_GPUS have name maxwall maxtrespu mintres flags
+    # Every job takes a GPU: a GPU-less job could otherwise hold a node's
+    # cores and memory for the whole wall time.
+    local min=gres/gpu=1
+    have=$(sacctmgr_list qos "$QOS" format=name,maxwall,maxtrespu,mintres,flags) ||
+        die "slurmdbd does not answer (sacctmgr list qos)"
+    IFS='|' read -r name maxwall maxtrespu mintres flags <<<"$have"
+    maxtrespu=$(grep -o 'gres/gpu=[0-9]*' <<<"$maxtrespu" || true)
+    mintres=$(grep -o 'gres/gpu=[0-9]*' <<<"$mintres" || true)
+    if [ "$name" = "$QOS" ] && [ "$maxwall|$maxtrespu|$mintres" = "$wall|$gpus|$min" ] &&
+        [[ ,$flags, == *,DenyOnLimit,* ]]; then
+        return 0
+    fi
+    local limits=(MaxWall="${wall:--1}" MaxTRESPerUser="${gpus:-gres/gpu=-1}" MinTRESPerJob="$min")
+    if [ "$name" != "$QOS" ]; then
+        log "adding QOS $QOS: MaxWall=${wall:-none} MaxTRESPerUser=${gpus:-none} MinTRESPerJob=$min Flags=DenyOnLimit"
+        sacctmgr -i add qos "$QOS" "${limits[@]}" Flags=DenyOnLimit >/dev/null ||
+            die "sacctmgr add qos $QOS failed"
+    else
+        log "QOS $QOS: MaxWall=${wall:-none} MaxTRESPerUser=${gpus:-none} MinTRESPerJob=$min Flags+=DenyOnLimit" \
+            "(was ${maxwall:-none}, ${maxtrespu:-none}, ${mintres:-none}, ${flags:-no flags})"
+        sacctmgr -i modify qos "$QOS" set "${limits[@]}" Flags+=DenyOnLimit >/dev/null ||
+            die "sacctmgr modify qos $QOS failed"
+    fi
+}
+
+# The portal's Unix groups: the cn of each [ldap] allowed_groups DN, as
+# portal/auth.py's group_name reads it (nslcd names LDAP groups by their cn).
+portal_groups() {
+    /usr/bin/python3 - "$REPO_DIR" <<'EOF'
+import sys
+
+sys.path.insert(0, sys.argv[1])
+from portal.settings import load
+
+for dn in load()["ldap"]["allowed_groups"]:
+    attr, _, value = dn.split(",", 1)[0].partition("=")
+    print(value.strip() if attr.strip().lower() == "cn" else dn)
+EOF
+}
+
+# sync_users: the users of the account are root, the hub's account and the
+# members of the portal's groups as NSS lists them (`getent group`), and the
+# account's only QOS (its users inherit it) is $QOS. One sacctmgr list when
+# nothing changes; one add and one remove for any number of users. A user who
+# left keeps the association while a job of theirs is active (slurmdbd
+# refuses to remove it); a later sync removes it. Fails, changing nothing,
+# when a group does not resolve: nslcd or slapd down must not look like an
+# empty group.
+sync_users() {
+    local groups group line name qos defqos current busy names=() add=() remove=() keep=() odd=()
+    local -A member=([root]=1) listed=()
+    [ -z "$HUB_USER" ] || member[$HUB_USER]=1
+    groups=$(portal_groups) || die "cannot read [ldap] allowed_groups"
+    while read -r group; do
+        [ -n "$group" ] || continue
+        line=$(getent group "$group") || {
+            log "error: group '$group' does not resolve (nslcd and slapd up?); associations left as they are"
+            return 1
+        }
+        IFS=, read -ra names <<<"$(cut -d: -f4 <<<"$line")"
+        for name in "${names[@]}"; do
+            if [[ $name =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]]; then member[$name]=1; else odd+=("$name"); fi
+        done
+    done <<<"$groups"
+    [ ${#odd[@]} -eq 0 ] || log "left out, not plain user names: ${odd[*]}"
+    current=$(sacctmgr_list assoc account="$ACCOUNT" cluster="$CLUSTER" format=user,qos,defaultqos) ||
+        die "slurmdbd does not answer (sacctmgr list assoc)"
+    while IFS='|' read -r name qos defqos; do
+        if [ -z "$name" ]; then                    # the account's own association
+            [ "$qos|$defqos" != "$QOS|$QOS" ] || continue
+            log "account $ACCOUNT: QOS $QOS only (was ${qos:-none}, default ${defqos:-none})"
+            sacctmgr -i modify account "$ACCOUNT" where cluster="$CLUSTER" \
+                set qos="$QOS" defaultqos="$QOS" >/dev/null || die "sacctmgr modify account $ACCOUNT failed"
+            continue
+        fi
+        listed[$name]=1
+        [ -n "${member[$name]:-}" ] || remove+=("$name")
+    done <<<"$current"
+    for name in "${!member[@]}"; do
+        [ -n "${listed[$name]:-}" ] || add+=("$name")
+    done
+    if [ ${#add[@]} -gt 0 ]; then
+        mapfile -t add < <(printf '%s\n' "${add[@]}" | sort)
+        log "adding to account $ACCOUNT: ${add[*]}"
+        sacctmgr -i add user "$(IFS=,; echo "${add[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null ||
+            die "sacctmgr add user failed"
+    fi
+    [ ${#remove[@]} -gt 0 ] || return 0
+    busy=" $(squeue -h -A "$ACCOUNT" -o %u 2>/dev/null | sort -u | tr '\n' ' ')"
+    for name in "${remove[@]}"; do
+        if [[ $busy == *" $name "* ]]; then
+            log "$name is not in the portal's groups but has active jobs: removed from $ACCOUNT once they end"
+        else
+            keep+=("$name")
+        fi
+    done
+    [ ${#keep[@]} -gt 0 ] || return 0
+    mapfile -t keep < <(printf '%s\n' "${keep[@]}" | sort)
+    log "removing from account $ACCOUNT: ${keep[*]}"
+    sacctmgr -i remove user where name="$(IFS=,; echo "${keep[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null ||
+        log "error: sacctmgr remove user failed (a job started meanwhile?); the next sync tries again"
 }
 
 # ---------------------------------------------------------------- slurmctld, slurmd
@@ -504,11 +665,20 @@ all_up() {
 
 # ---------------------------------------------------------------- commands
 
+# The QOS's limits and the account's users. A group that does not resolve
+# leaves the users as they were, and Slurm up.
+ensure_limits() {
+    ensure_qos
+    sync_users || log "warning: associations not synchronised; run $0 sync-users once the groups resolve"
+}
+
 cmd_start() {
+    check_limits
     make_gpu_devices
     write_config
     if [ "$SLURM_CHANGED$DBD_CHANGED$DB_CHANGED" = 000 ] && all_up; then
-        return 0                                   # the fast path
+        ensure_limits                              # the fast path
+        return 0
     fi
     ensure_db_packages
     start_munge
@@ -517,6 +687,8 @@ cmd_start() {
     start_mariadb
     start_slurmdbd
     register_cluster
+    # Before slurmctld (re)starts enforcing them.
+    ensure_limits
     if [ "$SLURM_CHANGED" = 1 ] && { pid_alive "$CTLD_PID" || pid_alive "$SLURMD_PID"; }; then
         # Node and gres definitions need restarts, not `scontrol reconfigure`.
         log "configuration changed, restarting slurmctld and slurmd"
@@ -564,15 +736,16 @@ cmd_status() {
     return $rc
 }
 
-# One start or stop at a time.
+# One start, stop or sync-users at a time.
 lock() {
     exec 9>/run/lock/portal-slurm.lock
-    flock -w 60 9 || die "another slurm.sh start/stop holds /run/lock/portal-slurm.lock"
+    flock -w 60 9 || die "another slurm.sh start, stop or sync-users holds /run/lock/portal-slurm.lock"
 }
 
 case "${1:-}" in
     start) lock; cmd_start ;;
     stop) lock; cmd_stop ;;
     status) cmd_status ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    sync-users) lock; sync_users ;;
+    *) echo "usage: $0 start|stop|status|sync-users" >&2; exit 2 ;;
 esac
