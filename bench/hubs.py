@@ -1,28 +1,37 @@
 """The two hubs of the benchmark, each with its own proxy, ports, state and job name.
 
 The same approach as the tests' hub (``tests/conftest.py``): a settings file
-(``PORTAL_CONFIG``) that moves the hub to its own ports, database and Slurm job
-name, so the demo hub (:8000) and the test hub (:18000) are left alone. The
-processes are started here rather than by ``deploy/hub.sh`` so that extra
-command-line options (the lightweight sessions of the load figures) can be
-given; what is started is what ``deploy/hub.sh start`` starts.
+(``PORTAL_CONFIG``, readable by the hub's account) that moves the hub to its
+own ports, database and Slurm job name, so the demo hub (:8000) and the test
+hub (:18000) are left alone.
+
+The portal hub is started by ``deploy/hub.sh start``, exactly as the portal
+runs: the hub as ``[hub] user`` and the proxy as ``[hub] proxy_user``, each with
+a clean environment, HTTPS on the public port, the proxy's token in the state
+folder only. For the lightweight sessions of the load figures, jupyterhub gets
+extra options through ``hub.sh start OPTION...``.
+
+The stock-batchspawner hub runs as root, since batchspawner runs sbatch with
+``sudo -E`` (the session's environment travels in sbatch's), which the portal
+account's sudoers rule refuses. Its proxy is started by ``deploy/hub.sh proxy``,
+as the portal's: HTTPS, as ``[hub] proxy_user``, its token in the state folder.
 """
 
-import os
-import secrets
-import shutil
+import ssl
 import subprocess
 import time
 from pathlib import Path
 
 import requests
 
-from tests.hubsettings import fresh_state, hub_settings
+from tests.hubsettings import CA_CERT, fresh_state, hub_settings, write_settings
 
 REPO = Path(__file__).resolve().parents[1]
+HUB_SH = REPO / "deploy" / "hub.sh"
 HUB_ENV = Path("/opt/portal/envs/hub")
-JUPYTER_ENV = Path("/opt/portal/envs/jupyter")
 LITE_SESSION = REPO / "bench" / "lite_session.py"
+# The stock hub's whole environment (deploy/hub.sh clean_env gives the portal's).
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 PROFILES = """
 [[profiles]]
@@ -43,83 +52,58 @@ mem_per_gpu_gb = 1
 
 
 class Hub:
-    """A hub and its proxy on PORT (PORT+81: the hub's API, PORT+1: the proxy's)."""
+    """A hub and its proxy on PORT (PORT+81: the hub's API, PORT+1: the proxy's).
 
-    def __init__(self, name, port, job_name, config_file, spawner_class):
+    ``url`` is the public, HTTPS side (the proxy); ``localhost_url`` the same for
+    clients that keep no cookies of an IP host (aiohttp); ``api_url`` the hub's
+    own API, plain HTTP on loopback, as the sessions reach it."""
+
+    def __init__(self, name, port, job_name, spawner_class):
         self.name = name
         self.port = port
         self.job_name = job_name
-        self.config_file = config_file
         self.spawner_class = spawner_class  # for --Class.trait options
         self.state = Path(f"/var/lib/portal/{name}-hub")
-        self.url = f"http://127.0.0.1:{port}"
+        self.settings_file = Path(f"/var/lib/portal/{name}-settings.toml")
+        self.url = f"https://127.0.0.1:{port}"
+        self.localhost_url = f"https://localhost:{port}"
         self.api_url = f"http://127.0.0.1:{port + 81}"
         self.proxy_token = ""
-        self._procs = []
 
     def settings_text(self):
         return hub_settings(self.port, self.state, self.job_name) + PROFILES
+
+    def lite_options(self):
+        """jupyterhub options for ``lite``: sessions are ``bench/lite_session.py``."""
+        return [f"--{self.spawner_class}.batchspawner_singleuser_cmd={LITE_SESSION}"]
+
+    def hub_sh(self, *args):
+        """``deploy/hub.sh ARGS`` with this hub's settings; raises with its output."""
+        env = {**CLEAN_ENV, "PORTAL_CONFIG": str(self.settings_file)}
+        result = subprocess.run(
+            ["bash", str(HUB_SH), *args], env=env, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr)[-3000:]
+            raise RuntimeError(f"deploy/hub.sh {args[0]} of the {self.name} hub failed:\n{output}")
 
     def start(self, lite=False):
         """A fresh hub (new database); ``lite``: sessions are ``bench/lite_session.py``."""
         self.stop()
         self.cancel_jobs()
-        self.state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fresh_state(self.state)
-        settings = self.state / "portal.toml"
-        settings.write_text(self.settings_text())
-        token = self.proxy_token = secrets.token_hex(32)
-        env = {**os.environ, "PORTAL_CONFIG": str(settings), "CONFIGPROXY_AUTH_TOKEN": token}
-        proxy = [
-            shutil.which("configurable-http-proxy"),
-            "--ip", "127.0.0.1", "--port", str(self.port),
-            "--api-ip", "127.0.0.1", "--api-port", str(self.port + 1),
-            "--default-target", self.api_url,
-            "--error-target", f"{self.api_url}/hub/error",
-        ]  # fmt: skip
-        hub = [str(HUB_ENV / "bin" / "jupyterhub"), "-f", str(self.config_file)]
-        if lite:
-            cls = self.spawner_class
-            hub += [f"--{cls}.batchspawner_singleuser_cmd={LITE_SESSION}"]
-            if cls == "SlurmSpawner":  # the stock spawner's slice of the lite profile
-                hub += [f"--{cls}.req_nprocs=1", f"--{cls}.req_memory=1G"]
-        for argv, log in ((proxy, "proxy.log"), (hub, "jupyterhub.log")):
-            with open(self.state / log, "ab") as out:
-                self._procs.append(
-                    subprocess.Popen(
-                        argv,
-                        cwd=self.state,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self._procs):
-                break
-            try:
-                if requests.get(f"{self.url}/hub/login", timeout=5).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        log = (self.state / "jupyterhub.log").read_text()[-3000:]
-        raise RuntimeError(f"the {self.name} hub did not start; end of its log:\n{log}")
+        write_settings(self.settings_file, self.settings_text())
+        if self.state.exists():
+            fresh_state(self.state)
+        self._start(self.lite_options() if lite else [])
+        self.proxy_token = (self.state / "proxy_token").read_text().strip()
+        return self
+
+    def _start(self, options):
+        self.hub_sh("start", *options)
 
     def stop(self):
-        for proc in reversed(self._procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self._procs = []
+        if self.settings_file.exists():
+            self.hub_sh("stop")
 
     def cancel_jobs(self, user=None):
         argv = ["scancel", "--name", self.job_name]
@@ -151,9 +135,69 @@ class Hub:
             time.sleep(0.5)
 
 
+class StockHub(Hub):
+    """The stock-batchspawner hub: its proxy by ``deploy/hub.sh proxy``, the hub
+    itself run here, as root, with a clean environment."""
+
+    config_file = REPO / "bench" / "stock_config.py"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hub = None
+
+    def lite_options(self):
+        cls = self.spawner_class  # the stock spawner's slice of the lite profile too
+        return [*super().lite_options(), f"--{cls}.req_nprocs=1", f"--{cls}.req_memory=1G"]
+
+    def _start(self, options):
+        self.hub_sh("proxy")
+        argv = [str(HUB_ENV / "bin" / "jupyterhub"), "-f", str(self.config_file), *options]
+        env = {**CLEAN_ENV, "PORTAL_CONFIG": str(self.settings_file), "HOME": str(self.state)}
+        with open(self.state / "jupyterhub.log", "ab") as log:
+            self._hub = subprocess.Popen(
+                argv,
+                cwd=self.state,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                umask=0o077,  # as deploy/hub.sh runs the portal's
+            )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and self._hub.poll() is None:
+            try:
+                r = requests.get(f"{self.url}/hub/login", timeout=5, verify=CA_CERT)
+                if r.status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        log = (self.state / "jupyterhub.log").read_text()[-3000:]
+        raise RuntimeError(f"the {self.name} hub did not start; end of its log:\n{log}")
+
+    def stop(self):
+        if self._hub is not None:
+            if self._hub.poll() is None:
+                self._hub.terminate()
+                try:
+                    self._hub.wait(20)
+                except subprocess.TimeoutExpired:
+                    self._hub.kill()
+                    self._hub.wait()
+            self._hub = None
+        super().stop()  # the proxy (hub.sh has no hub of this state to stop)
+
+
+def ssl_context():
+    """An ``ssl`` context that checks the portal's certificate against its CA."""
+    return ssl.create_default_context(cafile=CA_CERT)
+
+
 def portal_hub():
-    return Hub("bench", 28000, "portal-bench", REPO / "jupyterhub_config.py", "PortalSpawner")
+    return Hub("bench", 28000, "portal-bench", "PortalSpawner")
 
 
 def stock_hub():
-    return Hub("stock", 29000, "portal-stock", REPO / "bench" / "stock_config.py", "SlurmSpawner")
+    return StockHub("stock", 29000, "portal-stock", "SlurmSpawner")

@@ -5,6 +5,8 @@ It does what ``batchspawner-singleuser`` does for the hub (reports a free port
 to ``$JUPYTERHUB_API_URL/batchspawner`` with the server's token), then answers
 every GET with a small JSON body, as Jupyter's ``/api`` does: enough for the hub
 to see the server up, at a few MB per session instead of a JupyterLab's hundred.
+Like the portal's sessions, it listens on its node's cluster address (the node
+name as it resolves), not on every interface.
 The arguments (the real server's command line) are ignored.
 """
 
@@ -28,8 +30,13 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+def node_address():
+    """The node's address as its name resolves (the portal's batch script's choice)."""
+    return socket.gethostbyname(os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+
+
 def main():
-    server = HTTPServer(("0.0.0.0", 0), Handler)
+    server = HTTPServer((node_address(), 0), Handler)
     port = server.server_address[1]
     request = urllib.request.Request(
         os.environ["JUPYTERHUB_API_URL"].rstrip("/") + "/batchspawner",

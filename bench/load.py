@@ -4,7 +4,9 @@ Each simulated user logs in through LDAP (the login form, with its XSRF
 token), then, until the time is up, asks for one page after another (login
 page without cookies, as a new visitor; spawn page; home), with a think time
 of 0.5 to 1.5 s between pages, like a person clicking (hubtraf's users wait
-too). One asyncio client for all of them (aiohttp).
+too). One asyncio client for all of them (aiohttp), over HTTPS with the
+portal's certificate checked, at ``localhost`` (aiohttp's cookie jar keeps no
+cookie of an IP host).
 """
 
 import asyncio
@@ -14,6 +16,8 @@ import statistics
 import time
 
 import aiohttp
+
+from bench.hubs import ssl_context
 
 PAGES = {"login": "/hub/login", "spawn": "/hub/spawn", "home": "/hub/home"}
 THINK = (0.5, 1.5)
@@ -56,14 +60,14 @@ async def _run(base, accounts, duration):
     timings = {page: [] for page in PAGES}
     failures = []
     timeout = aiohttp.ClientTimeout(total=60)
+    tls = ssl_context()
 
     def client(jar):
-        return aiohttp.ClientSession(
-            cookie_jar=jar, connector=aiohttp.TCPConnector(limit=0), timeout=timeout
-        )
+        connector = aiohttp.TCPConnector(limit=0, ssl=tls)
+        return aiohttp.ClientSession(cookie_jar=jar, connector=connector, timeout=timeout)
 
     anonymous = client(aiohttp.DummyCookieJar())
-    sessions = {name: client(aiohttp.CookieJar(unsafe=True)) for name in accounts}
+    sessions = {name: client(aiohttp.CookieJar()) for name in accounts}
     try:
         # every user logs in first (LDAP), then the clock starts
         await asyncio.gather(
@@ -85,4 +89,4 @@ def p95(values):
 
 def hub_latency(hub, accounts, duration):
     """{page: [ms, ...]} and the failed requests, for ``len(accounts)`` simulated users."""
-    return asyncio.run(_run(hub.url, accounts, duration))
+    return asyncio.run(_run(hub.localhost_url, accounts, duration))

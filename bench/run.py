@@ -20,7 +20,9 @@ Figures (medians over repeated runs):
 
 Progress goes to stderr; the figures to stdout, as they come and all together
 at the end. Run as root from the repository (``make bench``, or
-``python -m bench --help`` for smaller runs).
+``python -m bench --help`` for smaller runs). The hubs are served over HTTPS
+(``bench/hubs.py``); the LDAP accounts bench001.. are made for the run and
+removed at its end.
 """
 
 import argparse
@@ -142,6 +144,19 @@ def rpc_figures(figures, portal, stock, accounts, sessions, window):
             figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0), 1)
 
 
+def remove_accounts(*hubs):
+    """Remove the bench accounts once their jobs are gone; a failure is reported,
+    not raised, so it hides neither the figures nor the run's own error."""
+    for hub in hubs:
+        hub.wait_no_jobs()
+    try:
+        removed = users.remove_users()
+    except Exception as e:
+        say(f"the accounts bench001.. were not removed: {e}")
+    else:
+        say(f"removed the {len(removed)} accounts bench001..")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", choices=PARTS, default=PARTS, help="parts to run")
@@ -184,6 +199,7 @@ def main(argv=None):
             hub.stop()
             hub.cancel_jobs()
         subprocess.run(["scancel", "--name", spawn.FLOOR_JOB], check=False)
+        remove_accounts(portal, stock)
         say(f"done in {time.monotonic() - began:.0f} s")
         for name, value in figures.items():
             print(f"{name}: {value}")

@@ -20,14 +20,16 @@ from jupyterhub.utils import random_port
 
 from portal import settings as site_settings
 from spawners.slice import make_slice
+from tests.hubsettings import CA_CERT
 
 FLOOR_JOB = "portal-bench-floor"
 POLL = 0.05  # seconds between the client's checks
 
 
 def answers(url):
+    """The Jupyter server at ``url`` answers (through the proxy: HTTPS, checked)."""
     try:
-        r = requests.get(url, allow_redirects=False, timeout=5)
+        r = requests.get(url, allow_redirects=False, timeout=5, verify=CA_CERT)
     except requests.RequestException:
         return False
     return r.status_code == 200 and '"version"' in r.text

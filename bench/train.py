@@ -7,6 +7,10 @@ same cells as one script, run by the same user with the same environment's
 Python and the session's thread settings (``SLURM_CPUS_PER_TASK``,
 ``OMP_NUM_THREADS``...), outside Slurm and Jupyter. Both print the template's
 ``images/sec: N on DEVICE``.
+
+Through the proxy is HTTPS, with the portal's certificate checked against its
+CA; the session's own server (the proxy's route target) is plain HTTP inside
+the cluster.
 """
 
 import asyncio
@@ -19,8 +23,10 @@ import uuid
 from datetime import UTC, datetime
 
 import aiohttp
+import requests
 
-from bench.hubs import REPO
+from bench.hubs import REPO, ssl_context
+from tests.hubsettings import CA_CERT
 from tests.measure import curl_seconds
 
 TEMPLATE = REPO / "notebook_templates" / "pytorch" / "mnist-pytorch.ipynb"
@@ -83,7 +89,8 @@ def _message(code, session):
 
 async def _run_in_kernel(server_url, token, code_cells, timeout):
     headers = {"Authorization": f"token {token}"}
-    async with aiohttp.ClientSession(headers=headers) as http:
+    connector = aiohttp.TCPConnector(ssl=ssl_context())
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as http:
         async with http.post(server_url + "api/kernels", json={"name": "pytorch"}) as r:
             r.raise_for_status()
             kernel = await r.json()
@@ -157,20 +164,21 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
     server (``target``, the proxy's route: no proxy hop), direct on TensorBoard's socket;
     and, for where the time goes, of the server's smallest authenticated answer
     (``api/status``, no TensorBoard), through the proxy and to the server."""
-    import requests
-
     headers = {"Authorization": f"token {token}"}
     r = requests.post(
         server_url + "portal/api/tensorboards",
         json={"logdir": f"{FOLDER}/logs"},
         headers=headers,
         timeout=120,
+        verify=CA_CERT,
     )
     r.raise_for_status()
     tb = r.json()
     base = server_url.split("/user/")[0]
     url = base + tb["url"]
-    tags = requests.get(url + "data/plugin/scalars/tags", headers=headers, timeout=60)
+    tags = requests.get(
+        url + "data/plugin/scalars/tags", headers=headers, timeout=60, verify=CA_CERT
+    )
     tags.raise_for_status()
     run = sorted(run for run, run_tags in tags.json().items() if "train/loss" in run_tags)[-1]
     query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
@@ -181,17 +189,23 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
     ).stdout
     socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
     auth = ("-H", f"Authorization: token {token}")
+    proxy = ("--cacert", CA_CERT, *auth)  # the proxy's HTTPS, checked
     status = server_url[len(base) :] + "api/status"  # /user/NAME/api/status
     proxied, server, direct, status_proxied, status_server = [], [], [], [], []
     for _ in range(requests_count):  # interleaved, so all see the same machine
-        proxied.append(curl_seconds(*auth, url + query))
+        proxied.append(curl_seconds(*proxy, url + query))
         server.append(curl_seconds(*auth, target + tb["url"] + query))
         direct.append(
             curl_seconds("--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}")
         )
-        status_proxied.append(curl_seconds(*auth, base + status))
+        status_proxied.append(curl_seconds(*proxy, base + status))
         status_server.append(curl_seconds(*auth, target + status))
-    requests.delete(server_url + f"portal/api/tensorboards/{tb['id']}", headers=headers, timeout=30)
+    requests.delete(
+        server_url + f"portal/api/tensorboards/{tb['id']}",
+        headers=headers,
+        timeout=30,
+        verify=CA_CERT,
+    )
     return tuple(
         statistics.median(t) for t in (proxied, server, direct, status_proxied, status_server)
     )

@@ -5,18 +5,18 @@ from concurrent.futures import ThreadPoolExecutor
 from tests import loadusers
 from tests.hubclient import HubClient
 
-# uids of their own: load001.. (the tests' load users) have 21001..
-UID_BASE = 23000
+# Their uids are the prefix's own range (tests/loadusers.py UID_BASES).
+PREFIX = "bench"
 
 
 def ensure_users(count):
     """``{name: password}`` of bench001..benchNNN (created if missing, new passwords)."""
-    saved = loadusers.UID_BASE
-    loadusers.UID_BASE = UID_BASE
-    try:
-        return loadusers.ensure_users(count, prefix="bench")
-    finally:
-        loadusers.UID_BASE = saved
+    return loadusers.ensure_users(count, prefix=PREFIX)
+
+
+def remove_users():
+    """Remove every benchNNN account, its group memberships and its home."""
+    return loadusers.remove_users(PREFIX)
 
 
 def login(hub, name, password):
