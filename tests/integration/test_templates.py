@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -182,7 +183,10 @@ def test_benchmark_reports_fp32_and_mixed_throughput(smoke):
     assert "ResNet-50: 25,557,032 parameters" in text  # torchvision's resnet50, layer for layer
 
 
-def test_a_failing_template_fails_the_smoke_and_says_where_to_look(cluster, tmp_path):
+def test_a_failing_template_fails_the_smoke_and_says_where_to_look(cluster):
+    # the user copies the template herself: it must be readable by her, as
+    # the repository's are (pytest's own tmp_path is root's alone)
+    tmp_path = Path(tempfile.mkdtemp(prefix="portal-smoke-"))
     broken = tmp_path / "templates" / "broken"
     broken.mkdir(parents=True)
     notebook = {
@@ -224,3 +228,4 @@ def test_a_failing_template_fails_the_smoke_and_says_where_to_look(cluster, tmp_
         assert len(jobs) == 1 and not still_queued(jobs)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(tmp_path, ignore_errors=True)
