@@ -21,3 +21,5 @@ hub_config.start_shared_poll(c)
 
 for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):
     exec(compile(extra.read_text(), str(extra), "exec"))
+
+hub_config.check_spawner_settings(c)

@@ -21,6 +21,7 @@ removed unless ``--keep``). Run as root, with the hub environment's Python
 """
 
 import argparse
+import asyncio
 import json
 import os
 import pwd
@@ -39,7 +40,8 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_DIR))
 
 from portal import settings as portal_settings  # noqa: E402
-from spawners.slice import make_slice  # noqa: E402
+from portal.core.slice import make_slice  # noqa: E402
+from portal.slurm import commands as slurm  # noqa: E402
 
 JOB_NAME = "portal-smoke"
 TIME_LIMIT_MINUTES = 30
@@ -162,40 +164,18 @@ def prepare(run, user):
 
 
 def submit(run, user, sbatch_args, script):
-    entry = pwd.getpwnam(user)
-    env = {
-        "HOME": entry.pw_dir,
-        "USER": user,
-        "LOGNAME": user,
-        "SHELL": entry.pw_shell,
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-    }
-    argv = [
-        "sbatch",
-        "--parsable",
+    """Submit the run's job as the user (sudo resets the environment: HOME,
+    USER, SHELL and PATH are the user's)."""
+    options = [
         f"--job-name={JOB_NAME}",
         f"--chdir={run.folder}",
         f"--output={run.log}",
-        "--export=ALL",
         *sbatch_args,
     ]
     try:
-        result = subprocess.run(
-            ["sudo", "-E", "-u", user, "--", *argv],
-            input=script,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SLURM_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        run.error = f"sbatch gave no answer within {SLURM_TIMEOUT} s"
-        return
-    if result.returncode != 0:
-        run.error = f"sbatch failed: {result.stderr.strip()}"
-        return
-    run.job_id = result.stdout.strip().split(";")[0]
+        run.job_id = asyncio.run(slurm.submit(user, script, options, SLURM_TIMEOUT))
+    except slurm.SlurmError as e:
+        run.error = str(e)
 
 
 def queued(job_ids):
@@ -203,28 +183,25 @@ def queued(job_ids):
     if not job_ids:
         return set()
     try:
-        out = subprocess.run(
-            ["squeue", "-h", "-o", "%i", "-j", ",".join(job_ids)],
-            capture_output=True,
-            text=True,
-            timeout=SLURM_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        return set(job_ids)
-    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        return asyncio.run(slurm.listed(job_ids, SLURM_TIMEOUT))
+    except slurm.SlurmError:
         return set(job_ids)  # a failed query: assume nothing ended
-    return set(out.stdout.split()) & set(job_ids)
 
 
 def job_state(job_id):
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
-    fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+    try:
+        fields = asyncio.run(slurm.job_fields(job_id, SLURM_TIMEOUT))
+    except slurm.SlurmError:
+        fields = {}
     return f"{fields.get('JobState', 'gone')}, {fields.get('Reason', '')}".rstrip(", ")
 
 
 def cancel(job_ids):
     if job_ids:
-        subprocess.run(["scancel", *job_ids], check=False)
+        try:
+            asyncio.run(slurm.cancel_as_root(job_ids, SLURM_TIMEOUT))
+        except slurm.SlurmError as e:
+            print(f"smoke: scancel failed: {e}", file=sys.stderr)
 
 
 def stdout_of(notebook):

@@ -15,50 +15,28 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from spawners import slurm
-from spawners.poller import SINFO_FIELDS, parse_sinfo, snapshot_from_json
-from spawners.profiles import ProfileError
+from portal.core.profiles import ProfileError
+from portal.slurm import commands as slurm
+from portal.slurm.model import snapshot_from_json
+from portal.slurm.parse import max_time_minutes
 
 log = logging.getLogger("portal.cluster")
+DIRECT = "Slurm (asked directly)"
 
 
 @dataclass
 class ClusterView:
-    partitions: dict = field(default_factory=dict)  # name -> spawners.poller.Partition
-    jobs: dict = field(default_factory=dict)  # id -> spawners.poller.Job
+    partitions: dict = field(default_factory=dict)  # name -> portal.slurm.model.Partition
+    jobs: dict = field(default_factory=dict)  # id -> portal.slurm.model.Job
     at: datetime | None = None
-    source: str = ""  # "the hub's poll" or "sinfo"
+    source: str = ""  # "the hub's poll" or "Slurm (asked directly)"
     error: str = ""
-
-
-def max_time_minutes(text):
-    """A partition's MaxTime in minutes; None when unlimited or unknown.
-
-    Slurm writes ``UNLIMITED``, ``infinite``, ``MM``, ``MM:SS``, ``HH:MM:SS``,
-    ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
-    """
-    text = (text or "").strip().lower()
-    if not text or text in ("unlimited", "infinite", "n/a"):
-        return None
-    days, _, rest = text.rpartition("-")
-    try:
-        day_count = int(days) if days else 0
-        parts = [int(p) for p in rest.split(":")]
-    except ValueError:
-        return None
-    if days:  # D-HH[:MM[:SS]]
-        hours, minutes = parts[0], parts[1] if len(parts) > 1 else 0
-    elif len(parts) == 3:
-        hours, minutes = parts[0], parts[1]
-    else:  # MM or MM:SS
-        hours, minutes = 0, parts[0]
-    return day_count * 1440 + hours * 60 + minutes
 
 
 def check_profile(profile, partitions):
     """ProfileError (naming the field) unless ``profile`` fits the cluster.
 
-    ``partitions``: {name: spawners.poller.Partition}. The partition must
+    ``partitions``: {name: portal.slurm.model.Partition}. The partition must
     exist; one of its nodes must hold ``max_gpus`` GPUs with the cores and the
     memory that many GPUs bring; ``max_hours`` must be within MaxTime.
     """
@@ -151,9 +129,8 @@ class ClusterSource:
         return ClusterView(partitions, jobs, at, "the hub's poll", error)
 
     async def _from_sinfo(self):
-        argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
         try:
-            partitions = parse_sinfo(await slurm.run(argv, timeout=self.timeout))
+            partitions = await slurm.partitions(timeout=self.timeout)
         except slurm.SlurmError as e:
-            return ClusterView(at=datetime.now(), source="sinfo", error=str(e))
-        return ClusterView(partitions, {}, datetime.now(), "sinfo")
+            return ClusterView(at=datetime.now(), source=DIRECT, error=str(e))
+        return ClusterView(partitions, {}, datetime.now(), DIRECT)

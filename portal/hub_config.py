@@ -87,9 +87,9 @@ def configure_auth(c, settings):
 
 def profile_defaults(settings):
     """The [slurm] values that profiles without their own take."""
-    slurm = settings["slurm"]
-    keys = ("partition", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours")
-    return {key: slurm[key] for key in keys}
+    from portal.core.profiles import SLICE_FIELDS
+
+    return {key: settings["slurm"][key] for key in SLICE_FIELDS}
 
 
 def settings_profiles():
@@ -177,6 +177,12 @@ def configure_service(c, settings):
 
 
 def configure_spawner(c, settings):
+    from spawners import port_report, spawn_handlers
+
+    # batchspawner's port callback sets any attribute it is sent: ours takes a port only
+    port_report.install()
+    # a stop during a spawn answers the spawn's request as stopped, not with a 500
+    spawn_handlers.install()
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
     c.PortalSpawner.profile_source = StoreProfiles(settings)
@@ -221,6 +227,31 @@ def start_shared_poll(c):
     except RuntimeError:  # not inside the hub (e.g. --generate-config)
         return
     loop.call_soon(lambda: PortalSpawner(config=c).poller.poke())
+
+
+def check_spawner_settings(c):
+    """Stop the hub at start, rather than ignore it, when the configuration
+    (site overrides in jupyterhub_config.d included) sets a batchspawner
+    setting that PortalSpawner does not use; the message names the portal's
+    setting to use instead (``spawners.unused_settings``). Settings given on
+    jupyterhub's command line (``deploy/hub.sh start ARGS``) count too. Another
+    spawner class (the benchmark's stock SlurmSpawner) is left alone."""
+    from copy import deepcopy
+
+    from jupyterhub.app import JupyterHub
+    from traitlets.utils.importstring import import_item
+
+    from spawners.spawner import PortalSpawner
+    from spawners.unused_settings import refuse_unused_settings
+
+    config = deepcopy(c)
+    if JupyterHub.initialized():
+        config.merge(JupyterHub.instance().cli_config)
+    spawner_class = config.JupyterHub.get("spawner_class")
+    if isinstance(spawner_class, str) and "." in spawner_class:
+        spawner_class = import_item(spawner_class)
+    if isinstance(spawner_class, type) and issubclass(spawner_class, PortalSpawner):
+        refuse_unused_settings(spawner_class, config)
 
 
 def portal_groups(settings):

@@ -8,8 +8,10 @@ This module uses the standard library only, so the deploy scripts can run it
 with Debian's ``/usr/bin/python3`` before any environment exists::
 
     python3 portal/settings.py --shell   # PORTAL_<SECTION>_<KEY>=value lines
+    python3 portal/settings.py --get envs.prefix   # one value
 """
 
+import functools
 import json
 import os
 import shlex
@@ -73,6 +75,13 @@ def merge(defaults, overrides, source="site settings"):
     return merged
 
 
+@functools.cache
+def defaults():
+    """``deploy/portal.toml`` alone: the one declaration of every default. The
+    spawner's traits, the Profile fields and the poll take theirs from here."""
+    return _read(DEFAULTS)
+
+
 def load(path=None):
     """The merged settings as ``{section: {key: value}}``.
 
@@ -116,6 +125,13 @@ def main(argv=None):
         return 2
     if argv[:1] == ["--shell"]:
         print("\n".join(shell_lines(settings)))
+    elif argv[:1] == ["--get"] and len(argv) == 2:
+        section, _, key = argv[1].partition(".")
+        try:
+            print(settings[section][key])
+        except (KeyError, TypeError):
+            print(f"portal settings: no setting {argv[1]!r}", file=sys.stderr)
+            return 2
     else:
         print(json.dumps(settings, indent=2))
     return 0

@@ -29,26 +29,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
-from spawners.profiles import Profile, ProfileError, profile_from_dict
+from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
 
 log = logging.getLogger("portal.store")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 VERSION_TABLE = "portal_alembic_version"
 # The fields of a profile that the store keeps (and the history compares).
-FIELDS = (
-    "display_name",
-    "description",
-    "environment",
-    "partition",
-    "max_gpus",
-    "cores_per_gpu",
-    "mem_per_gpu_gb",
-    "default_hours",
-    "max_hours",
-    "groups",
-    "enabled",
-)
+FIELDS = ("display_name", "description", "environment", *SLICE_FIELDS, "groups", "enabled")
 
 
 class Base(DeclarativeBase):

@@ -1,6 +1,7 @@
-"""Spawners of the Data Scientist Portal."""
+"""The hub's side of a session: the spawner, its shared Slurm poll and the
+port report (installed by ``portal.hub_config``). What a session is lives in
+``portal.core``, how Slurm is asked in ``portal.slurm``."""
 
-from . import callback  # noqa: F401 (replaces batchspawner's port callback)
 from .spawner import PortalSpawner
 
 __all__ = ["PortalSpawner"]

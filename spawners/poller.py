@@ -13,247 +13,25 @@ gone only when a *successful* query, begun after the job was submitted, no
 longer lists it.
 
 After each query the poll writes what it knows to ``snapshot_path`` (JSON,
-see ``snapshot_to_json``), so the admin service validates profiles and shows
-the cluster from the same poll, without querying Slurm itself.
+see ``portal.slurm.model.snapshot_to_json``), so the admin service validates
+profiles and shows the cluster from the same poll, without querying Slurm
+itself.
 
-The parsers are pure functions, tested without Slurm.
+The commands and their parsers are ``portal.slurm``'s.
 """
 
 import asyncio
-import json
 import logging
 import os
-import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import slurm
+from portal.settings import defaults
+from portal.slurm import commands as slurm
+from portal.slurm.model import snapshot_to_json
 
 log = logging.getLogger("portal.poller")
-
-SQUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P"
-SINFO_FIELDS = [
-    "NodeList:128",
-    "Partition:64",
-    "Gres:128",
-    "GresUsed:128",
-    "CPUsState:32",
-    "StateCompact:24",
-    "Memory:16",
-    "AllocMem:16",
-    "Time:24",
-]
-RUNNING_STATES = {"RUNNING", "CONFIGURING", "STOPPED", "SUSPENDED"}
-# Cancelled, timed out or failed, its processes being killed: the server is going
-ENDING_STATES = {"COMPLETING"}
-PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
-UNAVAILABLE_NODE = re.compile(r"down|drain|fail|maint|unk|not_responding|inval|futr|power", re.I)
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    user: str
-    state: str
-    node: str
-    reason: str
-    start: datetime | None
-    end: datetime | None
-    gres: str
-    partition: str
-
-    @property
-    def running(self):
-        return self.state in RUNNING_STATES
-
-    @property
-    def pending(self):
-        return self.state in PENDING_STATES
-
-    @property
-    def ending(self):
-        return self.state in ENDING_STATES
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    partitions: tuple
-    gpus: int
-    gpus_used: int
-    cpus: int
-    cpus_alloc: int
-    mem_mb: int
-    mem_alloc_mb: int
-    state: str
-
-    @property
-    def available(self):
-        return not UNAVAILABLE_NODE.search(self.state)
-
-    @property
-    def gpus_free(self):
-        return max(self.gpus - self.gpus_used, 0) if self.available else 0
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    nodes: tuple
-    max_time: str
-
-    @property
-    def gpus(self):
-        return sum(n.gpus for n in self.nodes)
-
-    @property
-    def gpus_free(self):
-        return sum(n.gpus_free for n in self.nodes)
-
-    @property
-    def largest_free(self):
-        """The most GPUs one single-node job could get now."""
-        return max((n.gpus_free for n in self.nodes), default=0)
-
-    @property
-    def largest_node(self):
-        """The node with the most GPUs (ties: the most cores, then memory)."""
-        return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
-
-
-def parse_time(text):
-    text = (text or "").strip()
-    if not text or text in ("N/A", "Unknown", "None"):
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def parse_squeue(text):
-    """``squeue -o SQUEUE_FORMAT`` output -> ``{job_id: Job}``."""
-    jobs = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 9 or not parts[0].isdigit():
-            continue
-        job_id, user, state, node, reason, start, end, gres, partition = parts
-        jobs[job_id] = Job(
-            id=job_id,
-            user=user,
-            state=state,
-            node="" if node in ("", "(null)") else node,
-            reason="" if reason in ("None", "(null)") else reason,
-            start=parse_time(start),
-            end=parse_time(end),
-            gres=gres,
-            partition=partition,
-        )
-    return jobs
-
-
-def gpu_count(gres):
-    """GPUs in a Gres or GresUsed value: ``gpu:4``, ``gpu:a100:2(IDX:0-1)``, ``gpu:0,shard:8``."""
-    total = 0
-    for item in re.split(r",(?![^()]*\))", gres or ""):
-        item = re.sub(r"\(.*\)$", "", item.strip())
-        parts = item.split(":")
-        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
-            total += int(parts[-1])
-    return total
-
-
-def parse_sinfo(text):
-    """``sinfo -N -O SINFO_FIELDS`` output -> ``{partition: Partition}``.
-
-    Nodes appear once per partition; each is combined from its own line, so
-    partitions of mixed node types are right (jupyterhub-moss #97).
-    """
-    nodes_by_partition = {}
-    times = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) != 9:
-            continue
-        name, partition, gres, gres_used, cpus_state, state, mem, alloc_mem, max_time = parts
-        partition = partition.rstrip("*")
-        try:
-            alloc, _idle, _other, total = (int(x) for x in cpus_state.split("/"))
-            mem_mb, alloc_mb = int(mem), int(alloc_mem)
-        except ValueError:
-            continue
-        node = Node(
-            name=name,
-            partitions=(partition,),
-            gpus=gpu_count(gres),
-            gpus_used=gpu_count(gres_used),
-            cpus=total,
-            cpus_alloc=alloc,
-            mem_mb=mem_mb,
-            mem_alloc_mb=alloc_mb,
-            state=state,
-        )
-        nodes_by_partition.setdefault(partition, []).append(node)
-        times[partition] = max_time
-    return {
-        p: Partition(name=p, nodes=tuple(nodes), max_time=times[p])
-        for p, nodes in nodes_by_partition.items()
-    }
-
-
-def snapshot_to_json(partitions, jobs, cluster_error="", jobs_error="", now=None):
-    """What the poll knows, as JSON text (for ``snapshot_from_json``)."""
-
-    def job(j):
-        d = asdict(j)
-        d["start"] = j.start.isoformat() if j.start else None
-        d["end"] = j.end.isoformat() if j.end else None
-        return d
-
-    return json.dumps(
-        {
-            "time": (now or datetime.now()).isoformat(timespec="seconds"),
-            "cluster_error": cluster_error,
-            "jobs_error": jobs_error,
-            "partitions": {
-                p.name: {"max_time": p.max_time, "nodes": [asdict(n) for n in p.nodes]}
-                for p in partitions.values()
-            },
-            "jobs": [job(j) for j in jobs.values()],
-        },
-        indent=1,
-        sort_keys=True,
-    )
-
-
-def snapshot_from_json(text):
-    """``snapshot_to_json`` text -> (time, partitions, jobs, errors)."""
-    data = json.loads(text)
-    partitions = {
-        name: Partition(
-            name=name,
-            max_time=p["max_time"],
-            nodes=tuple(Node(**{**n, "partitions": tuple(n["partitions"])}) for n in p["nodes"]),
-        )
-        for name, p in data["partitions"].items()
-    }
-    jobs = {
-        j["id"]: Job(**{**j, "start": parse_time(j["start"]), "end": parse_time(j["end"])})
-        for j in data["jobs"]
-    }
-    errors = {"cluster": data.get("cluster_error", ""), "jobs": data.get("jobs_error", "")}
-    return datetime.fromisoformat(data["time"]), partitions, jobs, errors
-
-
-WILL_RUN_RE = re.compile(r"to start at (\S+)")
-
-
-def parse_will_run(text):
-    """``sbatch --test-only`` output -> the expected start, or None."""
-    match = WILL_RUN_RE.search(text)
-    return parse_time(match.group(1)) if match else None
 
 
 @dataclass
@@ -283,18 +61,21 @@ class SlurmPoller:
 
     def __init__(self, job_name, **settings):
         self.job_name = job_name
-        self.interval = 15.0
-        self.active_interval = 1.0
-        self.cluster_interval = 30.0
-        self.unknown_grace = 300.0
-        self.timeout = 20.0
-        self.will_run_slice = None  # (cores_per_gpu, mem_per_gpu_gb, hours) for expected starts
+        slurm_defaults = defaults()["slurm"]  # deploy/portal.toml, their one declaration
+        self.interval = slurm_defaults["poll_interval"]
+        self.active_interval = slurm_defaults["poll_interval_active"]
+        self.cluster_interval = slurm_defaults["cluster_interval"]
+        self.unknown_grace = slurm_defaults["unknown_grace"]
+        self.timeout = slurm_defaults["command_timeout"]
+        # a callable returning the slices (portal.core.slice.Slice) whose
+        # expected start the spawn page shows: every profile's, per GPU count
+        self.will_run_slices = None
         self.snapshot_path = ""  # where each query's result is written for the admin service
         self.configure(**settings)
         self.snapshot = Snapshot()
         self.partitions = {}
         self.cluster_error = ""
-        self.expected_start = {}  # (partition, gpus) -> datetime
+        self.expected_start = {}  # Slice -> datetime
         self.squeue_calls = 0
         self._active = set()
         self._followed = {}  # job id -> (submitted, callback) of running sessions
@@ -407,10 +188,9 @@ class SlurmPoller:
 
     async def _query_jobs(self):
         started = time.monotonic()
-        argv = ["squeue", "--noheader", "--name", self.job_name, "--format", SQUEUE_FORMAT]
         self.squeue_calls += 1
         try:
-            out = await slurm.run(argv, timeout=self.timeout)
+            jobs = await slurm.queue(self.job_name, timeout=self.timeout)
         except slurm.SlurmError as e:
             snap = self.snapshot
             if not snap.error:
@@ -431,7 +211,7 @@ class SlurmPoller:
             if self.snapshot.error:
                 log.info("Slurm answers again")
             self._warned_unknown = False
-            self.snapshot = Snapshot(jobs=parse_squeue(out), started=started, ok=True)
+            self.snapshot = Snapshot(jobs=jobs, started=started, ok=True)
             self._notify_gone()
         finally:
             changed, self._changed = self._changed, asyncio.Event()
@@ -446,9 +226,8 @@ class SlurmPoller:
 
     async def refresh_cluster(self):
         """One sinfo; then expected starts for GPU counts that do not fit now."""
-        argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
         try:
-            self.partitions = parse_sinfo(await slurm.run(argv, timeout=self.timeout))
+            self.partitions = await slurm.partitions(timeout=self.timeout)
             self.cluster_error = ""
         except slurm.SlurmError as e:
             self.cluster_error = str(e)
@@ -456,30 +235,24 @@ class SlurmPoller:
             self.write_snapshot()
             return
         self.write_snapshot()
-        if self.will_run_slice:
+        if self.will_run_slices:
             await self._refresh_expected_starts()
 
     async def _refresh_expected_starts(self):
-        cores, mem, hours = self.will_run_slice
+        """``sbatch --test-only`` for each slice that no node can take now,
+        with the same options as its real submission (``Slice.sbatch_args``)."""
         expected = {}
-        for partition in self.partitions.values():
-            largest = partition.largest_node
-            if largest is None:
+        for job_slice in dict.fromkeys(self.will_run_slices()):
+            partition = self.partitions.get(job_slice.partition)
+            if partition is None or job_slice.gpus <= partition.largest_free:
                 continue
-            for gpus in range(partition.largest_free + 1, largest.gpus + 1):
-                argv = [
-                    "sbatch", "--test-only", "--nodes=1", f"--partition={partition.name}",
-                    f"--gres=gpu:{gpus}", f"--cpus-per-task={cores * gpus}",
-                    f"--mem={mem * gpus}G", f"--time={hours}:00:00", "--wrap=true",
-                ]  # fmt: skip
-                try:
-                    out = await slurm.run(argv, timeout=self.timeout, with_stderr=True)
-                except slurm.SlurmError as e:
-                    log.debug("sbatch --test-only for %s GPUs failed: %s", gpus, e)
-                    continue
-                start = parse_will_run(out)
-                if start:
-                    expected[(partition.name, gpus)] = start
+            try:
+                start = await slurm.expected_start(job_slice, timeout=self.timeout)
+            except slurm.SlurmError as e:
+                log.debug("sbatch --test-only for %s failed: %s", job_slice.describe(), e)
+                continue
+            if start:
+                expected[job_slice] = start
         self.expected_start = expected
 
     def write_snapshot(self):

@@ -4,12 +4,12 @@ Built on batchspawner's SlurmSpawner (state, the batchspawner-singleuser port
 report, its traits); what changes:
 
 - the user picks a profile, a GPU count and hours; the slice (cores, memory,
-  gres, partition) is computed by ``spawners.slice`` from the profile, never
+  gres, partition) is computed by ``portal.core.slice`` from the profile, never
   taken from the user, and validated again at start because the REST API skips
   the form;
 - the batch script comes from a sandboxed template with every value quoted
-  (``spawners.script``), and Slurm's commands run as argument lists with
-  timeouts (``spawners.slurm``);
+  (``portal.core.script``), and Slurm's commands run as argument lists with
+  timeouts and a minimal environment (``portal.slurm.commands``);
 - status comes from one shared poll for all sessions (``spawners.poller``),
   with three states: a failed query is "unknown", never "gone".
 """
@@ -21,6 +21,7 @@ import re
 import time
 from datetime import datetime
 from html import escape as html_escape
+from pathlib import Path
 
 from batchspawner import SlurmSpawner
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -28,11 +29,18 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient
 from traitlets import Any, Float, Integer, List, Unicode, default
 
-from . import slurm
+from portal.core.numbers import whole_number
+from portal.core.profiles import Profile, ProfileError, choose, profile_from_dict, unix_groups
+from portal.core.script import render_batch_script
+from portal.core.slice import Slice, SliceError
+from portal.settings import defaults
+from portal.slurm import commands as slurm
+
 from .poller import SlurmPoller
-from .profiles import Profile, ProfileError, choose, profile_from_dict, unix_groups
-from .script import TEMPLATES, render_batch_script
-from .slice import Slice, SliceError
+from .unused_settings import refuse_unused_settings
+
+TEMPLATES = Path(__file__).parent / "templates"  # the spawn form
+SLURM = defaults()["slurm"]
 
 STATE_VERSION = 2
 OPTION_KEYS = {"profile", "gpus", "hours"}
@@ -55,30 +63,35 @@ _html = Environment(
 class PortalSpawner(SlurmSpawner):
     profile_source = Any(
         help="""A callable returning the current profiles (a list of
-        ``spawners.profiles.Profile`` or dicts). Called at every form render and
+        ``portal.core.profiles.Profile`` or dicts). Called at every form render and
         every spawn, so an edited profile applies at the next spawn without a
         restart. Default: one profile built from this spawner's own settings.
         Example: ``portal.hub_config.settings_profiles``.""",
     ).tag(config=True)
 
-    partition = Unicode("gpu", help="""Partition of the default profile. Default ``gpu``.""").tag(
-        config=True
-    )
-    max_gpus = Integer(4, help="""Most GPUs of the default profile. Default 4.""").tag(config=True)
+    # Defaults: deploy/portal.toml [slurm], their one declaration.
+    partition = Unicode(
+        SLURM["partition"], help="""Partition of the default profile. Default ``gpu``."""
+    ).tag(config=True)
+    max_gpus = Integer(
+        SLURM["max_gpus"], help="""Most GPUs of the default profile. Default 4."""
+    ).tag(config=True)
     cores_per_gpu = Integer(
-        8,
+        SLURM["cores_per_gpu"],
         help="""CPU cores per GPU of the default profile: N GPUs get N times this
         many cores (``--cpus-per-task``). Default 8.""",
     ).tag(config=True)
     mem_per_gpu_gb = Integer(
-        48,
+        SLURM["mem_per_gpu_gb"],
         help="""Memory in GB per GPU of the default profile (``--mem=NG``). Default 48.""",
     ).tag(config=True)
     default_hours = Integer(
-        8, help="""Time limit of a session unless the user asks for another. Default 8."""
+        SLURM["default_hours"],
+        help="""Time limit of a session unless the user asks for another. Default 8.""",
     ).tag(config=True)
     max_hours = Integer(
-        24, help="""Longest time limit of the default profile, in hours. Default 24."""
+        SLURM["max_hours"],
+        help="""Longest time limit of the default profile, in hours. Default 24.""",
     ).tag(config=True)
 
     python_env = Unicode(
@@ -89,7 +102,7 @@ class PortalSpawner(SlurmSpawner):
     ).tag(config=True)
 
     job_name = Unicode(
-        "portal-jupyter",
+        SLURM["job_name"],
         help="""Slurm job name of the sessions (``squeue -n`` finds them). The
         shared poll lists the jobs of this name. Default ``portal-jupyter``.""",
     ).tag(config=True)
@@ -101,17 +114,17 @@ class PortalSpawner(SlurmSpawner):
     ).tag(config=True)
 
     slurm_timeout = Float(
-        20,
+        SLURM["command_timeout"],
         help="""Seconds a Slurm command (sbatch, squeue, scancel) may take before it
         counts as failed. Default 20.""",
     ).tag(config=True)
 
     poll_interval_slurm = Float(
-        15.0,
+        SLURM["poll_interval"],
         help="""Seconds between the shared squeue of all sessions. Default 15.""",
     ).tag(config=True)
     poll_interval_active = Float(
-        1.0,
+        SLURM["poll_interval_active"],
         help="""Seconds between the shared squeue while a session starts. Default 1.""",
     ).tag(config=True)
     groups_ttl = Float(
@@ -126,12 +139,12 @@ class PortalSpawner(SlurmSpawner):
         answers, before it hands the session to the hub. Default 0.1.""",
     ).tag(config=True)
     cluster_interval = Float(
-        30.0,
+        SLURM["cluster_interval"],
         help="""Seconds between the shared sinfo behind the spawn page's
         availability and expected starts. Default 30.""",
     ).tag(config=True)
     unknown_grace = Float(
-        300.0,
+        SLURM["unknown_grace"],
         help="""Seconds Slurm may fail to answer before the hub logs an error.
         Sessions are never dropped for it. Default 300.""",
     ).tag(config=True)
@@ -207,6 +220,11 @@ class PortalSpawner(SlurmSpawner):
     def _options_form_default(self):
         return lambda spawner: spawner.render_options_form()
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # batchspawner's settings that would do nothing here are refused, not ignored
+        refuse_unused_settings(type(self), self.config)
+
     job_slice = None
     profile = None
     last_options = None  # the last options that passed validation (kept in the state)
@@ -224,11 +242,21 @@ class PortalSpawner(SlurmSpawner):
             cluster_interval=self.cluster_interval,
             unknown_grace=self.unknown_grace,
             timeout=self.slurm_timeout,
-            will_run_slice=(self.cores_per_gpu, self.mem_per_gpu_gb, self.default_hours),
+            will_run_slices=self.expected_slices,
             snapshot_path=self.cluster_snapshot,
         )
         poller.ensure_running()
         return poller
+
+    def expected_slices(self):
+        """The slices whose expected start the spawn page shows: each enabled
+        profile's own, per GPU count, for its default hours."""
+        return [
+            p.make_slice(gpus, p.default_hours)
+            for p in self.profiles()
+            if p.enabled
+            for gpus in range(1, p.max_gpus + 1)
+        ]
 
     # -- profiles and options ------------------------------------------
 
@@ -380,7 +408,8 @@ class PortalSpawner(SlurmSpawner):
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         if self._link_options is not None:
-            last, self._link_options = {**last, **self._link_options}, None
+            # a link's values alone: what it leaves out takes the profile's defaults
+            last, self._link_options = self._link_options, None
         profiles = []
         for p in offered:
             part = poller.partitions.get(p.partition)
@@ -393,9 +422,9 @@ class PortalSpawner(SlurmSpawner):
                     "total": part.gpus if part else None,
                     "largest_free": part.largest_free if part else None,
                     "expected": {
-                        str(g): poller.expected_start[(p.partition, g)].strftime("%a %H:%M")
+                        str(g): start.strftime("%a %H:%M")
                         for g in range(1, p.max_gpus + 1)
-                        if (p.partition, g) in poller.expected_start
+                        if (start := poller.expected_start.get(p.make_slice(g, p.default_hours)))
                     },
                 }
             )
@@ -404,9 +433,21 @@ class PortalSpawner(SlurmSpawner):
             if last.get("profile") in {p.name for p in offered}
             else offered[0].name
         )
+        # The chosen profile's GPU choices and hours are in the HTML itself, so
+        # the form works before (or without) its script: the last or linked
+        # values where they fit the profile, else 1 GPU and its default hours.
+        current = next(p for p in profiles if p["name"] == chosen)
+        same = last.get("profile") == chosen
+        gpus = whole_number(last.get("gpus")) if same else None
+        hours = whole_number(last.get("hours")) if same else None
         return _html.get_template("form.html.j2").render(
             profiles=profiles,
             chosen=chosen,
+            current=current,
+            gpus_value=gpus if gpus and gpus <= current["offered_gpus"] else 1,
+            hours_value=hours
+            if hours and hours <= current["max_hours"]
+            else current["default_hours"],
             last=last,
             partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
             cluster_error=poller.cluster_error,
@@ -414,12 +455,6 @@ class PortalSpawner(SlurmSpawner):
         )
 
     # -- running Slurm's commands ---------------------------------------
-
-    def _as_user(self, argv):
-        """``argv`` run as the user through the sudoers rule (deploy/hub.sh):
-        never ``-E``; sudo resets the environment, and ``slurm.run`` gives
-        sudo itself only ``slurm.MINIMAL_ENV``."""
-        return ["sudo", "-n", "-u", self.user.name, "--", *argv]
 
     def user_env(self, env):
         entry = self.account()
@@ -467,9 +502,7 @@ class PortalSpawner(SlurmSpawner):
             shared_data=self.shared_data,
             cmd=self.cmd_formatted_for_batch(),
         )
-        argv = [
-            "sbatch",
-            "--parsable",
+        options = [
             f"--job-name={self.job_name}",
             f"--chdir={home}",
             "--output=/dev/null",
@@ -478,10 +511,11 @@ class PortalSpawner(SlurmSpawner):
             *job_slice.sbatch_args(),
         ]
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
-        self.log.debug("sbatch for %s: %s", self.user.name, argv)
+        self.log.debug("sbatch for %s: %s", self.user.name, options)
         try:
-            out = await slurm.run(self._as_user(argv), input=script, timeout=self.slurm_timeout)
-            self.job_id = slurm.parse_job_id(out)
+            self.job_id = await slurm.submit(
+                self.user.name, script, options, timeout=self.slurm_timeout
+            )
             # only a query begun after sbatch returned must list the job
             self.submitted_at = time.monotonic()
         except slurm.SlurmError as e:
@@ -494,38 +528,26 @@ class PortalSpawner(SlurmSpawner):
 
     async def cancel_batch_job(self):
         self.log.info("Cancelling job %s of %s", self.job_id, self.user.name)
-        await slurm.run(self._as_user(["scancel", self.job_id]), timeout=self.slurm_timeout)
+        await slurm.cancel(self.user.name, [self.job_id], timeout=self.slurm_timeout)
 
     async def _gpu_indices(self):
         """The GPU indices of the running job (one scontrol per session)."""
         try:
-            out = await slurm.run(
-                ["scontrol", "show", "job", "-d", self.job_id], timeout=self.slurm_timeout
-            )
+            return await slurm.gpu_indices(self.job_id, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return ""
-        for word in out.split():
-            if word.startswith("GRES=") and "IDX:" in word:
-                return word.split("IDX:", 1)[1].rstrip(")")
-        return ""
 
     async def job_end_reason(self):
         """How the job ended, from sacct, as a short phrase (or "")."""
-        argv = ["sacct", "-j", self.job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]
         try:
-            out = await slurm.run(argv, timeout=self.slurm_timeout)
+            return await slurm.end_reason(self.job_id, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return ""
-        fields = out.splitlines()[0].split("|") if out else []
-        if len(fields) >= 2:
-            state, exit_code = fields[0].split()[0], fields[1]
-            return f"{state}, exit code {exit_code}"
-        return ""
 
     # -- the session --------------------------------------------------------
 
     def report_port(self, port):
-        """Called by the port callback (``spawners.callback``) once per spawn."""
+        """Called by the port callback (``spawners.port_report``) once per spawn."""
         self.port = port
         self.port_reported = True
         if self._port_event:
@@ -539,7 +561,7 @@ class PortalSpawner(SlurmSpawner):
         self._port_event = asyncio.Event()
         if self.job_slice is None:
             self.load_user_options(self.user_options)
-        await self.submit_batch_script()
+        await self._submit()
         poller = self.poller
         poller.watch(self)
         try:
@@ -552,9 +574,11 @@ class PortalSpawner(SlurmSpawner):
                 waits = [asyncio.ensure_future(poller.wait_changed(5))]
                 if not self.port_reported:
                     waits.append(asyncio.ensure_future(self._port_event.wait()))
-                _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                for w in pending:
-                    w.cancel()
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()  # the ones still waiting, also when a stop cancels the spawn
         finally:
             poller.unwatch(self)
         self.ip = job.node
@@ -565,6 +589,25 @@ class PortalSpawner(SlurmSpawner):
             self.job_id, self.user.name, self.ip, self.port, self.gpu_indices or "none",
         )  # fmt: skip
         return self.ip, self.port
+
+    async def _submit(self):
+        """``submit_batch_script``, finished even when a stop cancels the spawn
+        meanwhile: sbatch may queue the job all the same, and the hub's stop
+        cannot cancel a job whose id it never got. Such a job is cancelled here."""
+        submission = asyncio.ensure_future(self.submit_batch_script())
+        try:
+            await asyncio.shield(submission)
+        except asyncio.CancelledError:
+            await asyncio.wait([submission])
+            if not submission.cancelled() and not submission.exception():
+                self.job_id = submission.result()  # even if the hub's stop cleared the state
+                self.log.info(
+                    "Spawn of %s stopped while job %s was submitted: cancelling it",
+                    self.user.name, self.job_id,
+                )  # fmt: skip
+                await self.stop(now=True)
+                self.clear_state()
+            raise
 
     async def _wait_answering(self):
         """Wait for Jupyter's first HTTP answer, trying every ``answer_interval``.

@@ -1,13 +1,7 @@
 from datetime import datetime
 
-from spawners.poller import (
-    SlurmPoller,
-    Snapshot,
-    gpu_count,
-    parse_sinfo,
-    parse_squeue,
-    parse_will_run,
-)
+from portal.slurm.parse import gpu_count, parse_sinfo, parse_squeue, parse_will_run
+from spawners.poller import SlurmPoller, Snapshot
 
 SQUEUE = """\
 12|alice|RUNNING|vm|None|2026-11-22T20:00:00|2026-11-23T04:00:00|gres:gpu:2|gpu
@@ -36,6 +30,36 @@ def test_a_job_is_gone_when_unlisted_or_completing_in_a_later_successful_query()
     assert not poller.is_gone("15", submitted=11.0)  # the query began before the sbatch
     poller.snapshot.error = "squeue failed"
     assert not poller.is_gone("15", submitted=5.0)  # Slurm did not answer: kept
+
+
+def test_expected_starts_are_asked_with_each_slices_own_submission_options(monkeypatch):
+    """sbatch --test-only gets the slice's own options (its cores per GPU,
+    --ntasks=1), only for slices no node can take now."""
+    import asyncio
+
+    from portal.core.slice import make_slice
+    from portal.slurm import commands
+
+    asked = []
+
+    async def fake_run(argv, **kwargs):  # Slurm's runner, faked in this unit test only
+        asked.append(argv)
+        return "sbatch: Job 99 to start at 2026-11-23T18:00:00 using 32 processors"
+
+    monkeypatch.setattr(commands, "run", fake_run)
+    full = parse_sinfo("vm gpu* gpu:4 gpu:4(IDX:0-3) 32/0/0/32 alloc 196608 196608 7-00:00:00\n")
+    wide = make_slice(
+        1, 2, partition="gpu", max_gpus=2, cores_per_gpu=16, mem_per_gpu_gb=48, max_hours=24
+    )
+    elsewhere = make_slice(
+        1, 2, partition="cpu", max_gpus=2, cores_per_gpu=8, mem_per_gpu_gb=48, max_hours=24
+    )
+    poller = SlurmPoller("unit-test", will_run_slices=lambda: [wide, wide, elsewhere])
+    poller.partitions = full
+    asyncio.run(poller._refresh_expected_starts())
+    assert asked == [["sbatch", "--test-only", *wide.sbatch_args(), "--wrap=true"]]
+    assert "--cpus-per-task=16" in asked[0] and "--ntasks=1" in asked[0]
+    assert poller.expected_start == {wide: datetime(2026, 11, 23, 18, 0)}
 
 
 def test_gpu_count():

@@ -1,6 +1,7 @@
 import pytest
 
-from spawners.slurm import SlurmError, parse_job_id, run
+from portal.slurm.commands import SlurmError, run
+from portal.slurm.parse import parse_job_id
 
 
 def test_parse_job_id():

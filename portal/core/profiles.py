@@ -13,6 +13,9 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 
+from portal.settings import defaults
+
+from .numbers import whole_number
 from .slice import PARTITION_RE, FieldError, SliceError, make_slice
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -20,6 +23,13 @@ GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 ENV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 NODE_MAX_GPUS = 16
 MAX_HOURS = 24 * 30
+MAX_REVISION = 2**31  # revisions are stored and compared as SQLite integers
+# The fields a profile may leave out, whose defaults are the site's [slurm]
+# values (deploy/portal.toml declares them).
+SLICE_FIELDS = (
+    "partition", "max_gpus", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
+)  # fmt: skip
+SLICE_DEFAULTS = defaults()["slurm"]
 
 
 class ProfileError(FieldError):
@@ -33,11 +43,11 @@ class Profile:
     partition: str
     environment: str
     description: str = ""
-    max_gpus: int = 4
-    cores_per_gpu: int = 8
-    mem_per_gpu_gb: int = 48
-    default_hours: int = 8
-    max_hours: int = 24
+    max_gpus: int = SLICE_DEFAULTS["max_gpus"]
+    cores_per_gpu: int = SLICE_DEFAULTS["cores_per_gpu"]
+    mem_per_gpu_gb: int = SLICE_DEFAULTS["mem_per_gpu_gb"]
+    default_hours: int = SLICE_DEFAULTS["default_hours"]
+    max_hours: int = SLICE_DEFAULTS["max_hours"]
     groups: tuple = field(default_factory=tuple)
     enabled: bool = True
     revision: int = 0
@@ -66,7 +76,7 @@ class Profile:
 
 def _int(data, key, low, high):
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not isinstance(value, int) or whole_number(value) is None:
         raise ProfileError(f"{key} must be a whole number", key)
     if not low <= value <= high:
         raise ProfileError(f"{key} must be between {low} and {high}, not {value}", key)
@@ -126,7 +136,7 @@ def profile_from_dict(data, defaults=None):
         max_hours=_int(data, "max_hours", 1, MAX_HOURS),
         groups=tuple(sorted(set(groups))),
         enabled=enabled,
-        revision=_int({"revision": data.get("revision", 0)}, "revision", 0, 2**31),
+        revision=_int({"revision": data.get("revision", 0)}, "revision", 0, MAX_REVISION),
     )
     if profile.default_hours > profile.max_hours:
         raise ProfileError(

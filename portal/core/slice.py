@@ -7,6 +7,8 @@ Pure functions, no Slurm: every request the portal submits passes through
 import re
 from dataclasses import dataclass
 
+from .numbers import whole_number
+
 PARTITION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -56,13 +58,10 @@ class Slice:
 
 
 def _whole_number(value, field, label):
-    if isinstance(value, bool):
-        raise SliceError(f"{label} must be a whole number, not {value!r}", field)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,6}\s*", value):
-        return int(value)
-    raise SliceError(f"{label} must be a whole number, not {str(value)[:40]!r}", field)
+    number = whole_number(value)
+    if number is None:
+        raise SliceError(f"{label} must be a whole number, not {str(value)[:40]!r}", field)
+    return number
 
 
 def make_slice(gpus, hours, *, partition, max_gpus, cores_per_gpu, mem_per_gpu_gb, max_hours):

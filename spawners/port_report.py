@@ -5,7 +5,9 @@ attribute named in the JSON it gets, checked only by the server's own token: a
 user could set, say, the command the hub runs next. This one accepts
 ``{"port": N}`` and nothing else, with N a valid unprivileged port, once per
 spawn, for the spawner that owns the token, while that spawner is starting.
-It replaces batchspawner's entry in the hub's API handlers at import.
+``install()`` replaces batchspawner's entry in the hub's API handlers; the
+hub's configuration calls it (``portal.hub_config.configure_spawner``), so
+importing this module changes nothing.
 """
 
 import json
@@ -54,6 +56,3 @@ def install():
     handlers = apihandlers.default_handlers
     handlers[:] = [h for h in handlers if h[0] != ROUTE]
     handlers.append((ROUTE, PortReportHandler))
-
-
-install()

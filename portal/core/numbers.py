@@ -1,0 +1,27 @@
+"""The one whole-number parser of every numeric field: the spawn form, spawn
+links, the REST API, the profile form and API, revisions.
+
+ASCII digits only: ``str.isdigit`` and ``\\d`` take "²" or "٣", which ``int``
+refuses or reads as another number; at most 9 of them, so a number never
+outgrows what SQLite stores and compares.
+"""
+
+import re
+
+DIGITS_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
+
+
+def whole_number(value):
+    """``value`` as an int: an int (not a bool), or text of 1 to 9 ASCII digits
+    with optional surrounding spaces. None for anything else.
+
+    >>> whole_number(" 12 "), whole_number(3), whole_number("²"), whole_number(True)
+    (12, 3, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and DIGITS_RE.fullmatch(value.strip(" \t")):
+        return int(value.strip(" \t"))
+    return None

@@ -1,0 +1,150 @@
+"""Every parser of Slurm's output, pure functions tested without Slurm."""
+
+import re
+
+from .model import Job, Node, Partition, parse_time
+
+JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or timed out, or printed what cannot be read;
+    ``str()`` says which and why."""
+
+
+def parse_job_id(output):
+    """The job id printed by ``sbatch --parsable`` (``123`` or ``123;cluster``)."""
+    lines = output.strip().splitlines()
+    match = JOB_ID_RE.match(lines[-1].strip()) if lines else None
+    if not match:
+        raise SlurmError(f"sbatch printed no job id: {output.strip()[:200]!r}")
+    return match.group(1)
+
+
+def parse_squeue(text):
+    """``squeue -o SQUEUE_FORMAT`` output -> ``{job_id: Job}``."""
+    jobs = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 9 or not parts[0].isdigit():
+            continue
+        job_id, user, state, node, reason, start, end, gres, partition = parts
+        jobs[job_id] = Job(
+            id=job_id,
+            user=user,
+            state=state,
+            node="" if node in ("", "(null)") else node,
+            reason="" if reason in ("None", "(null)") else reason,
+            start=parse_time(start),
+            end=parse_time(end),
+            gres=gres,
+            partition=partition,
+        )
+    return jobs
+
+
+def gpu_count(gres):
+    """GPUs in a Gres or GresUsed value: ``gpu:4``, ``gpu:a100:2(IDX:0-1)``, ``gpu:0,shard:8``."""
+    total = 0
+    for item in re.split(r",(?![^()]*\))", gres or ""):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        parts = item.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def parse_sinfo(text):
+    """``sinfo -N -O SINFO_FIELDS`` output -> ``{partition: Partition}``.
+
+    Nodes appear once per partition; each is combined from its own line, so
+    partitions of mixed node types are right (jupyterhub-moss #97).
+    """
+    nodes_by_partition = {}
+    times = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 9:
+            continue
+        name, partition, gres, gres_used, cpus_state, state, mem, alloc_mem, max_time = parts
+        partition = partition.rstrip("*")
+        try:
+            alloc, _idle, _other, total = (int(x) for x in cpus_state.split("/"))
+            mem_mb, alloc_mb = int(mem), int(alloc_mem)
+        except ValueError:
+            continue
+        node = Node(
+            name=name,
+            partitions=(partition,),
+            gpus=gpu_count(gres),
+            gpus_used=gpu_count(gres_used),
+            cpus=total,
+            cpus_alloc=alloc,
+            mem_mb=mem_mb,
+            mem_alloc_mb=alloc_mb,
+            state=state,
+        )
+        nodes_by_partition.setdefault(partition, []).append(node)
+        times[partition] = max_time
+    return {
+        p: Partition(name=p, nodes=tuple(nodes), max_time=times[p])
+        for p, nodes in nodes_by_partition.items()
+    }
+
+
+WILL_RUN_RE = re.compile(r"to start at (\S+)")
+
+
+def parse_will_run(text):
+    """``sbatch --test-only`` output -> the expected start, or None."""
+    match = WILL_RUN_RE.search(text)
+    return parse_time(match.group(1)) if match else None
+
+
+def parse_end_reason(text):
+    """``sacct -X -n -P -o State,ExitCode,Reason`` output -> "STATE, exit code X:Y" (or "").
+
+    >>> parse_end_reason("FAILED|1:0|NonZeroExitCode")
+    'FAILED, exit code 1:0'
+    """
+    fields = text.splitlines()[0].split("|") if text.strip() else []
+    if len(fields) >= 2 and fields[0].strip():
+        return f"{fields[0].split()[0]}, exit code {fields[1]}"
+    return ""
+
+
+def parse_gpu_indices(text):
+    """The GPU indices of ``scontrol show job -d`` output (``GRES=gpu:2(IDX:0-1)`` -> "0-1")."""
+    for word in text.split():
+        if word.startswith("GRES=") and "IDX:" in word:
+            return word.split("IDX:", 1)[1].rstrip(")")
+    return ""
+
+
+def parse_job_fields(text):
+    """``scontrol show job -o JOB`` output -> ``{"JobState": ..., ...}``."""
+    return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+
+def max_time_minutes(text):
+    """A partition's MaxTime in minutes; None when unlimited or unknown.
+
+    Slurm writes ``UNLIMITED``, ``infinite``, ``MM``, ``MM:SS``, ``HH:MM:SS``,
+    ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+    """
+    text = (text or "").strip().lower()
+    if not text or text in ("unlimited", "infinite", "n/a"):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        day_count = int(days) if days else 0
+        parts = [int(p) for p in rest.split(":")]
+    except ValueError:
+        return None
+    if days:  # D-HH[:MM[:SS]]
+        hours, minutes = parts[0], parts[1] if len(parts) > 1 else 0
+    elif len(parts) == 3:
+        hours, minutes = parts[0], parts[1]
+    else:  # MM or MM:SS
+        hours, minutes = 0, parts[0]
+    return day_count * 1440 + hours * 60 + minutes

@@ -1,0 +1,67 @@
+"""The hub's spawn requests, with a stop during the spawn answered as a stop.
+
+JupyterHub's stop (``DELETE /hub/api/users/NAME/server``) cancels a pending
+spawn. The request that started it, the REST API's ``POST`` or the spawn
+form's, waits up to ``slow_spawn_timeout`` for that spawn and gets its
+CancelledError: Tornado answers 500 and logs it as an uncaught exception. A
+spawn cancelled by a stop is no error: here the POST answers 202, as it does
+when the stop comes after it answered, and the form goes on to the spawn
+page, which shows the server stopped. The stop itself (scancel of the job)
+is the spawner's ``stop``, run by the DELETE as usual.
+
+``install()`` replaces JupyterHub's handler classes in its route lists; the
+hub's configuration calls it (``portal.hub_config.configure_spawner``), so
+importing this module changes nothing.
+"""
+
+import asyncio
+
+from jupyterhub import apihandlers, handlers
+from jupyterhub.apihandlers.users import UserServerAPIHandler
+from jupyterhub.handlers.pages import SpawnHandler
+
+
+class StoppableSpawnMixin:
+    """``spawn_single_user`` that returns, rather than raises, when a stop
+    cancelled the spawn it waits for."""
+
+    spawn_stopped = False
+
+    async def spawn_single_user(self, user, server_name="", *args, **kwargs):
+        try:
+            return await super().spawn_single_user(user, server_name, *args, **kwargs)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # this request itself is cancelled (the hub is shutting down)
+            self.spawn_stopped = True
+            name = f"{user.name}/{server_name}" if server_name else user.name
+            self.log.info("The spawn of %s was stopped before it finished", name)
+
+
+class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
+    async def post(self, user_name, server_name=""):
+        await super().post(user_name, server_name)
+        if self.spawn_stopped:
+            self.set_status(202)  # accepted, then stopped: the user model shows no server
+
+
+class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
+    pass
+
+
+REPLACEMENTS = {
+    UserServerAPIHandler: PortalUserServerAPIHandler,
+    SpawnHandler: PortalSpawnHandler,
+}
+
+
+def install():
+    """Put the handlers above in place of JupyterHub's (idempotent). Fails,
+    and with it the hub's start, if a JupyterHub upgrade moved them."""
+    for routes in (handlers.default_handlers, apihandlers.default_handlers):
+        routes[:] = [(route, REPLACEMENTS.get(cls, cls), *rest) for route, cls, *rest in routes]
+    installed = {cls for routes in (handlers.default_handlers, apihandlers.default_handlers)
+                 for _, cls, *_ in routes}  # fmt: skip
+    missing = [cls.__name__ for cls in REPLACEMENTS.values() if cls not in installed]
+    if missing:
+        raise RuntimeError(f"JupyterHub has no route for {', '.join(missing)} to replace")
