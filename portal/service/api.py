@@ -1,0 +1,137 @@
+"""The admin service's JSON API: ``api/profiles``, ``api/profiles/NAME`` and ``api/check``.
+
+Errors are JSON too: ``{"error": message, "field": the field it concerns or null}``.
+"""
+
+import json
+
+from tornado import web
+
+from portal.cluster import resource_lines
+from portal.core.numbers import whole_number
+from portal.core.profiles import ProfileError
+from portal.core.slice import FieldError
+from portal.store import Conflict, NotFound
+
+from .handlers import BaseHandler
+from .operations import InUse, profile_json
+
+MAX_BODY = 64 * 1024  # bytes of a JSON body
+
+
+class APIHandler(BaseHandler):
+    def check_referer(self):
+        return True
+
+    def write_error(self, status_code, **kwargs):
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps({"error": self.error_message(kwargs), "field": None}))
+
+    def fail(self, status, message, field=None):
+        self.send({"error": str(message), "field": field}, status)
+
+    def send(self, data, status=200):
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data))
+
+    def body(self):
+        if len(self.request.body) > MAX_BODY:
+            raise FieldError(f"The request body is larger than {MAX_BODY} bytes")
+        try:
+            data = json.loads(self.request.body or b"null")
+            # \u escapes can spell half a surrogate pair: not text, and no database stores it
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise FieldError(
+                "The request body has text that is not valid Unicode (an unpaired surrogate)"
+            ) from None
+        except RecursionError:
+            raise FieldError("The request body is nested too deeply") from None
+        except ValueError:
+            raise FieldError("The request body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise FieldError("The request body must be a JSON object")
+        return data
+
+    async def run(self, operation, success_status=200):
+        """Run a write; its errors as JSON with the field they concern."""
+        try:
+            result = await operation()
+        except NotFound as e:
+            return self.fail(404, e)
+        except Conflict as e:
+            changes = {k: list(v) for k, v in e.changes.items()}
+            current = profile_json(e.current)
+            body = {"error": str(e), "field": "revision", "current": current, "changes": changes}
+            return self.send(body, 409)
+        except InUse as e:
+            return self.fail(409, e, e.field)
+        except FieldError as e:
+            return self.fail(400, e, e.field)
+        if result is None:
+            self.set_status(204)
+            return self.finish()
+        self.send(profile_json(result), success_status)
+
+
+class ProfilesAPI(APIHandler):
+    @web.authenticated
+    def get(self):
+        self.send([profile_json(p) for p in self.offered()])
+
+    @web.authenticated
+    async def post(self):
+        self.require_admin()
+        await self.run(lambda: self._create(), 201)
+
+    async def _create(self):
+        return await self.ops.create(self.body(), self.author)
+
+
+class ProfileAPI(APIHandler):
+    @web.authenticated
+    def get(self, name):
+        try:
+            profile = self.store.get(name)
+        except NotFound as e:
+            return self.fail(404, e)
+        if not (self.is_admin or profile.allows(self.groups)):
+            return self.fail(404, f"No profile named {name[:40]!r}")
+        self.send(profile_json(profile))
+
+    @web.authenticated
+    async def put(self, name):
+        self.require_admin()
+        await self.run(lambda: self._save(name))
+
+    async def _save(self, name):
+        return await self.ops.save(name, self.body(), self.author)
+
+    @web.authenticated
+    async def delete(self, name):
+        self.require_admin()
+        revision = whole_number(self.get_argument("revision", ""))
+
+        async def delete():
+            if revision is None:
+                raise ProfileError(
+                    "?revision= (the revision you delete, a whole number) is required", "revision"
+                )
+            await self.ops.delete(name, revision, self.author)
+
+        await self.run(delete)
+
+
+class CheckAPI(APIHandler):
+    """POST a profile: the validation's verdict and the sbatch lines, nothing stored."""
+
+    @web.authenticated
+    async def post(self):
+        self.require_admin()
+        try:
+            data = {**self.ops.defaults, **self.body(), "revision": 0}
+            profile = await self.ops.validate(data)
+        except FieldError as e:
+            return self.send({"error": str(e), "field": e.field})
+        self.send({"error": None, "field": None, "lines": resource_lines(profile)})

@@ -1,0 +1,87 @@
+"""The base of the admin service's handlers, pages and API alike: the user, their rights."""
+
+import pwd
+
+from jupyterhub.services.auth import HubOAuthenticated
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from portal.core.profiles import unix_groups
+from portal.hub_config import HSTS
+from portal.store import NotFound
+
+from . import ADMIN_SCOPE
+
+
+class BaseHandler(HubOAuthenticated, web.RequestHandler):
+    def set_default_headers(self):
+        # Served over HTTPS (the hub says so through JUPYTERHUB_COOKIE_OPTIONS,
+        # which also makes the login cookie Secure): browsers keep to HTTPS.
+        if self.hub_auth.cookie_options.get("secure"):
+            self.set_header("Strict-Transport-Security", HSTS)
+
+    @property
+    def ops(self):
+        return self.settings["operations"]
+
+    @property
+    def store(self):
+        return self.ops.store
+
+    @property
+    def is_admin(self):
+        user = self.current_user or {}
+        return bool(user.get("admin")) or ADMIN_SCOPE in user.get("scopes", ())
+
+    @property
+    def author(self):
+        return self.current_user["name"]
+
+    @property
+    def groups(self):
+        """The user's Unix groups (LDAP through NSS), as the spawner matches them."""
+        try:
+            return unix_groups(pwd.getpwnam(self.current_user["name"]))
+        except (KeyError, TypeError):
+            return []
+
+    def offered(self):
+        return [p for p in self.store.profiles() if self.is_admin or p.allows(self.groups)]
+
+    def profile_or_404(self, name):
+        try:
+            return self.store.get(name)
+        except NotFound as e:
+            raise web.HTTPError(404, str(e)) from None
+
+    def require_admin(self):
+        if not self.is_admin:
+            raise web.HTTPError(403, "Only portal admins may change profiles")
+
+    def render_page(self, template_name, **context):
+        prefix = self.settings["service_prefix"]
+        hub = self.settings["hub_prefix"]
+        template = self.settings["jinja"].get_template(template_name)
+        self.write(
+            template.render(
+                user=self.current_user,
+                is_admin=self.is_admin,
+                prefix=prefix,
+                hub_prefix=hub,
+                static=url_path_join(hub, "static/"),
+                logout_url=url_path_join(hub, "logout"),
+                xsrf_token=self.xsrf_token.decode(),
+                **{"active": "", **context},
+            )
+        )
+
+    def error_message(self, kwargs):
+        """The message of ``write_error``'s error: an HTTPError's own, else the status's reason."""
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            return exc.log_message % exc.args if exc.args else exc.log_message
+        return self._reason
+
+    def write_error(self, status_code, **kwargs):
+        message = self.error_message(kwargs)
+        self.render_page("error.html", status_code=status_code, message=message)

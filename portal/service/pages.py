@@ -1,0 +1,172 @@
+"""The admin service's HTML pages: the profiles, their editor and history, the cluster."""
+
+import logging
+from datetime import datetime
+from urllib.parse import urlencode
+
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from portal.cluster import resource_lines
+from portal.core.numbers import whole_number
+from portal.core.profiles import profile_from_dict
+from portal.core.slice import FieldError
+from portal.store import Conflict, NotFound, fields_of
+
+from .handlers import BaseHandler
+from .operations import environments, form_to_dict, profile_json
+
+log = logging.getLogger("portal.service")
+
+
+class RootHandler(BaseHandler):
+    @web.authenticated
+    def get(self):
+        self.redirect(url_path_join(self.settings["service_prefix"], "profiles"))
+
+
+class ProfilesPage(BaseHandler):
+    @web.authenticated
+    def get(self):
+        profiles = self.offered()
+        self.render_page(
+            "profiles.html",
+            profiles=profiles,
+            lines={p.name: resource_lines(p) for p in profiles},
+            message=self.get_argument("message", ""),
+        )
+
+
+class ProfileEditPage(BaseHandler):
+    """GET: the form (``profiles/new``, ``profiles/new?from=NAME``, ``profiles/NAME``);
+    POST: save it (create or update)."""
+
+    @web.authenticated
+    def get(self, name):
+        self.require_admin()
+        if name == "new":
+            source = self.get_argument("from", "")
+            if source:
+                base = fields_of(self.profile_or_404(source))
+                data = {**base, "name": f"{source}-copy"[:32], "enabled": False}
+            else:
+                data = {"enabled": True, "max_gpus": 1}  # form() fills in the rest
+            return self.form(data, new=True)
+        profile = self.profile_or_404(name)
+        self.form(profile_json(profile), new=False)
+
+    def form(self, data, new, error=None, field=None, status=200):
+        blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
+        blank.update(environment="", groups=[], enabled=False, max_gpus="", revision=0)
+        data = {**blank, **data}
+        lines = {}
+        try:
+            lines = resource_lines(profile_from_dict({**self.ops.defaults, **data, "revision": 0}))
+        except FieldError:
+            pass
+        self.set_status(status)
+        self.render_page(
+            "profile_form.html",
+            data=data,
+            new=new,
+            error=error,
+            field=field,
+            lines=lines,
+            environments=[
+                e for e in environments(self.ops.settings["envs"]["prefix"]) if e != "hub"
+            ],
+        )
+
+    @web.authenticated
+    async def post(self, name):
+        self.require_admin()
+        data = form_to_dict(self.request.arguments)
+        new = name == "new"
+        try:
+            if new:
+                profile = await self.ops.create(data, self.author)
+                message = f"Created profile {profile.name} (revision {profile.revision})"
+            else:
+                profile = await self.ops.save(name, data, self.author)
+                message = f"Saved profile {profile.name} (revision {profile.revision})"
+        except Conflict as e:
+            # keep what the admin typed; the next save is over the current revision
+            shown = {**data, "name": name, "revision": e.current.revision}
+            return self.form(shown, new, str(e), "revision", 409)
+        except NotFound as e:
+            raise web.HTTPError(404, str(e)) from None
+        except FieldError as e:
+            return self.form({**data, "name": data.get("name", name)}, new, str(e), e.field, 400)
+        self.redirect(self.page_url("profiles", message=message))
+
+    def page_url(self, path, **query):
+        url = url_path_join(self.settings["service_prefix"], path)
+        return f"{url}?{urlencode(query)}" if query else url
+
+
+class ProfileActionPage(ProfileEditPage):
+    """POST profiles/NAME/{enable,disable,delete,revert}."""
+
+    @web.authenticated
+    async def post(self, name, action):
+        self.require_admin()
+        revision = whole_number(self.get_argument("revision", ""))
+        try:
+            if action in ("enable", "disable"):
+                p = await self.ops.set_enabled(name, action == "enable", revision, self.author)
+                message = f"Profile {name} {action}d (revision {p.revision})"
+            elif action == "delete":
+                await self.ops.delete(name, revision, self.author)
+                message = f"Deleted profile {name}"
+            else:  # revert
+                to = whole_number(self.get_argument("to", ""))
+                to = -1 if to is None else to
+                p = await self.ops.revert(name, to, revision, self.author)
+                message = f"Profile {name} reverted to revision {to}: now revision {p.revision}"
+        except NotFound as e:
+            raise web.HTTPError(404, str(e)) from None
+        except (Conflict, FieldError) as e:
+            return self.redirect(self.page_url("profiles", message=f"Not done: {e}"))
+        self.redirect(self.page_url("profiles", message=message))
+
+
+class HistoryPage(BaseHandler):
+    @web.authenticated
+    def get(self, name):
+        self.require_admin()
+        history = self.store.history(name)
+        if not history:
+            raise web.HTTPError(404, f"No profile named {name[:40]!r} was ever stored")
+        try:
+            current = self.store.get(name)
+        except NotFound:
+            current = None
+        self.render_page("history.html", name=name, history=history, current=current)
+
+
+class ClusterPage(BaseHandler):
+    @web.authenticated
+    async def get(self):
+        view = await self.ops.cluster.view()
+        sessions = []
+        if self.is_admin:
+            try:
+                sessions = await self.ops.sessions()
+            except Exception as e:  # the page still shows the cluster
+                log.warning("could not list sessions from the hub: %s", e)
+            by_user = {j.user: j for j in view.jobs.values()}
+            now = datetime.now()
+            for s in sessions:
+                job = by_user.get(s["user"])
+                s["job"] = job
+                left = (job.end - now).total_seconds() if job and job.end and job.running else None
+                s["time_left"] = format_left(left)
+        partitions = sorted(view.partitions.values(), key=lambda p: p.name)
+        self.render_page("cluster.html", view=view, partitions=partitions, sessions=sessions)
+
+
+def format_left(seconds):
+    if seconds is None:
+        return ""
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
