@@ -1,6 +1,6 @@
 """The two hubs of the benchmark, each with its own proxy, ports, state and job name.
 
-The same approach as the tests' hub (``tests/conftest.py``): a settings file
+The same approach as the tests' hub (``tests/support/testhub.py``): a settings file
 (``PORTAL_CONFIG``, readable by the hub's account) that moves the hub to its
 own ports, database and Slurm job name, so the demo hub (:8000) and the test
 hub (:18000) are left alone.
@@ -24,7 +24,13 @@ from pathlib import Path
 
 import requests
 
-from tests.hubsettings import CA_CERT, fresh_state, hub_settings, write_settings
+from tests.support.hubsettings import (
+    CA_CERT,
+    PYTORCH_PROFILE,
+    fresh_state,
+    hub_settings,
+    write_settings,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_SH = REPO / "deploy" / "hub.sh"
@@ -33,13 +39,9 @@ LITE_SESSION = REPO / "bench" / "lite_session.py"
 # The stock hub's whole environment (deploy/hub.sh clean_env gives the portal's).
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
-PROFILES = """
-[[profiles]]
-name = "pytorch"
-display_name = "PyTorch"
-environment = "pytorch"
-max_gpus = 4
-
+PROFILES = (
+    PYTORCH_PROFILE
+    + """
 [[profiles]]
 name = "lite"
 display_name = "Load test"
@@ -49,6 +51,7 @@ max_gpus = 1
 cores_per_gpu = 1
 mem_per_gpu_gb = 1
 """
+)
 
 
 class Hub:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from bench import users
 from bench.hubs import REPO
 from portal import settings as site_settings
-from tests.measure import job_info_rpcs
+from tests.support.measure import job_info_rpcs
 
 BATCH = 20  # sessions asked for at once
 

@@ -19,8 +19,8 @@ import requests
 from jupyterhub.utils import random_port
 
 from portal import settings as site_settings
-from spawners.slice import make_slice
-from tests.hubsettings import CA_CERT
+from portal.core.slice import make_slice
+from tests.support.hubsettings import CA_CERT
 
 FLOOR_JOB = "portal-bench-floor"
 POLL = 0.05  # seconds between the client's checks

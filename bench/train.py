@@ -26,8 +26,8 @@ import aiohttp
 import requests
 
 from bench.hubs import REPO, ssl_context
-from tests.hubsettings import CA_CERT
-from tests.measure import curl_seconds
+from tests.support.hubsettings import CA_CERT
+from tests.support.measure import curl_seconds
 
 TEMPLATE = REPO / "notebook_templates" / "pytorch" / "mnist-pytorch.ipynb"
 PYTHON = "/opt/portal/envs/pytorch/bin/python"

@@ -2,10 +2,10 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tests import loadusers
-from tests.hubclient import HubClient
+from tests.support import loadusers
+from tests.support.hubclient import HubClient
 
-# Their uids are the prefix's own range (tests/loadusers.py UID_BASES).
+# Their uids are the prefix's own range (tests/support/loadusers.py UID_BASES).
 PREFIX = "bench"
 
 

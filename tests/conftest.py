@@ -1,77 +1,23 @@
-"""Fixtures of the tests against the real services (integration and browser).
+"""Fixtures of the tests against the real services (integration, reliability
+and browser); the plain helpers they use are in tests/support.
 
 The real services: the one-machine cluster (slapd, nslcd, munge,
 slurmctld, slurmd), started or reused by `make test`, and a test hub with its
-own proxy, ports, database and Slurm job name, so a demo started by `make up`
-is left alone.
-
-$PORTAL_TEST_PORT (default 18000) moves the test hub to other ports (PORT,
-PORT+81 for its API, PORT+1 for the proxy's, PORT+2 for the
-portal service), its own state folder and Slurm
-job name, so that two runs of the tests can share the cluster."""
+own proxy, ports, database and Slurm job name (tests/support/testhub.py), so a
+demo started by `make up` is left alone."""
 
 import json
 import os
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.hubclient import HubClient, Portal
-from tests.hubsettings import CA_CERT, fresh_state, hub_settings, write_settings
+from tests.support.hubclient import HubClient, Portal
+from tests.support.hubsettings import CA_CERT, fresh_state, write_settings
+from tests.support.jobs import cancel_jobs_of, cancel_test_jobs
+from tests.support.testhub import PORT, SETTINGS_FILE, STATE, TEST_SETTINGS, deploy
 
-REPO = Path(__file__).resolve().parents[1]
-PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
-_SUFFIX = "" if PORT == 18000 else f"-{PORT}"
-STATE = Path(f"/var/lib/portal/test-hub{_SUFFIX}")
-JOB_NAME = f"portal-test{_SUFFIX}"
-# The test hub's settings: where its account (not root only) can read them.
-SETTINGS_FILE = Path(f"/var/lib/portal/test-settings{_SUFFIX}.toml")
 # Every requests call checks the portal's certificate against its CA.
 os.environ["REQUESTS_CA_BUNDLE"] = CA_CERT
-
-TEST_SETTINGS = (
-    hub_settings(PORT, STATE, JOB_NAME)
-    + """poll_interval = 2.0
-cluster_interval = 2.0
-
-[[profiles]]
-name = "pytorch"
-display_name = "PyTorch"
-environment = "pytorch"
-max_gpus = 4
-
-[[profiles]]
-name = "tensorflow"
-display_name = "TensorFlow"
-environment = "tensorflow"
-max_gpus = 2
-
-[[profiles]]
-name = "vision"
-display_name = "Vision team"
-environment = "pytorch"
-max_gpus = 2
-default_hours = 2
-max_hours = 4
-groups = ["vision"]
-"""
-)
-
-
-def deploy(*args, env=None, check=True):
-    return subprocess.run(
-        ["bash", str(REPO / "deploy" / args[0]), *args[1:]],
-        env=env,
-        check=check,
-        capture_output=True,
-        text=True,
-    )
-
-
-def cancel_test_jobs():
-    subprocess.run(["scancel", "--name", JOB_NAME], check=False)
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +42,7 @@ def hub_env():
 
 @pytest.fixture(scope="session")
 def hub(cluster, hub_env):
-    """A fresh test hub and proxy on :18000; stopped, and its jobs cancelled, at the end."""
+    """A fresh test hub and proxy on PORT; stopped, and its jobs cancelled, at the end."""
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
     fresh_state(STATE)  # a fresh database and profile store; the logs are kept
@@ -150,17 +96,6 @@ def restore_profiles(portal):
         assert r.status_code == 204, r.text
 
 
-def user_jobs(user):
-    return squeue("-n", JOB_NAME, "-u", user, "-o", "%i %T")
-
-
-def wait_no_jobs(user, timeout=30):
-    deadline = time.monotonic() + timeout
-    while user_jobs(user) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert not user_jobs(user), f"jobs of {user} outlived Stop: {user_jobs(user)}"
-
-
 @pytest.fixture
 def session(login):
     """session(name, **options) -> a logged-in client whose server is ready;
@@ -183,17 +118,4 @@ def session(login):
         try:
             client.wait_stopped(name)
         finally:
-            subprocess.run(["scancel", "-n", JOB_NAME, "-u", name], check=False)
-            wait_no_jobs(name)
-
-
-def squeue(*args):
-    out = subprocess.run(["squeue", "-h", *args], check=True, capture_output=True, text=True).stdout
-    return [line.split() for line in out.splitlines() if line.strip()]
-
-
-def scontrol_job(job_id):
-    out = subprocess.run(
-        ["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True
-    ).stdout
-    return dict(field.split("=", 1) for field in out.split() if "=" in field)
+            cancel_jobs_of([name], timeout=30)

@@ -2,13 +2,12 @@
 Screenshots go to test-artifacts/ at the top of the repository."""
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.hubsettings import CA_CERT
+from tests.support.hubsettings import CA_CERT
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = [
@@ -20,13 +19,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def dir_item(page, name):
-    """The file browser's row of ``name``."""
-    return page.locator(".jp-DirListing-item").filter(
-        has=page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(name)}$"))
-    )
 
 
 def trusting_home(folder):

@@ -5,7 +5,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.conftest import user_jobs
+from tests.support.jobs import user_jobs
 
 
 def test_session_card_stop_and_relaunch(page, browser_login, hub, shot):

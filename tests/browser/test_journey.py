@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import dir_item
-from tests.conftest import JOB_NAME, user_jobs, wait_no_jobs
+from tests.support.jobs import user_jobs, wait_no_jobs
+from tests.support.pages import dir_item
+from tests.support.testhub import JOB_NAME
 
 USER = "alice"
 HOME = Path(pwd.getpwnam(USER).pw_dir)

@@ -11,7 +11,7 @@ import subprocess
 
 from playwright.sync_api import expect
 
-from tests.browser.conftest import dir_item
+from tests.support.pages import dir_item
 
 USER = "alice"
 RUN = f"{pwd.getpwnam(USER).pw_dir}/logs/run1"

@@ -2,7 +2,7 @@
 after auth_refresh_age, the hub reads the user's groups again
 (PortalLDAPAuthenticator.refresh_user).
 
-A dedicated account (refresh001, tests/loadusers.py) is changed, never the
+A dedicated account (refresh001, tests/support/loadusers.py) is changed, never the
 shared demo accounts; it is removed at the end with its memberships and home.
 """
 
@@ -15,9 +15,10 @@ from traitlets.config import Config
 from portal import settings
 from portal.auth import PortalLDAPAuthenticator
 from portal.hub_config import configure_auth
-from tests.conftest import JOB_NAME, squeue
-from tests.hubclient import HubClient
-from tests.loadusers import admin_connection, ensure_users, remove_users
+from tests.support.hubclient import HubClient
+from tests.support.jobs import squeue
+from tests.support.loadusers import admin_connection, ensure_users, remove_users
+from tests.support.testhub import JOB_NAME
 
 SITE = settings.load()
 GROUPS = f"ou=groups,{SITE['ldap']['base_dn']}"

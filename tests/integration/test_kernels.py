@@ -23,7 +23,7 @@ import requests
 from tornado.websocket import websocket_connect
 
 from portal import settings as portal_settings
-from tests.kernelcells import RUN_CELLS
+from tests.support.kernelcells import RUN_CELLS
 
 USER = "alice"
 SETTINGS = portal_settings.load()

@@ -18,8 +18,8 @@ from traitlets.config import Config
 from portal import settings
 from portal.auth import PortalLDAPAuthenticator
 from portal.hub_config import configure_auth
-from tests.conftest import deploy
-from tests.loadusers import admin_connection
+from tests.support.loadusers import admin_connection
+from tests.support.testhub import deploy
 
 SITE = settings.load()
 URI = f"ldap://127.0.0.1:{SITE['ldap']['server_port']}"

@@ -16,8 +16,9 @@ import pytest
 import requests
 
 from portal import settings as site_settings
-from tests.conftest import JOB_NAME, PORT, STATE, squeue, wait_no_jobs
-from tests.hubsettings import CA_CERT
+from tests.support.hubsettings import CA_CERT
+from tests.support.jobs import squeue, wait_no_jobs
+from tests.support.testhub import JOB_NAME, PORT, STATE
 
 SITE = site_settings.load()
 HUB_USER = SITE["hub"]["user"]
@@ -265,6 +266,12 @@ def test_a_spawn_link_fills_the_form_and_starts_nothing(login):
     assert re.search(r'<option value="tensorflow"\s+selected', page.text)
     last = json.loads(re.search(r'id="portal-last">(.*?)</script>', page.text).group(1))
     assert last["profile"] == "tensorflow" and str(last["gpus"]) == "2"
+    # a link that names only a profile fills in its defaults, in the HTML itself
+    # (the form works without its script): 1 GPU, the profile's default hours
+    page = alice.session.get(alice.url("/hub/spawn?profile=pytorch"), timeout=30).text
+    assert re.search(r'<option value="pytorch"\s+selected', page)
+    assert re.search(r'<option value="1"\s+selected>1</option>', page)
+    assert re.search(r'name="hours"[^>]*value="8"', page)
     time.sleep(1)
     assert not squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i")
 

@@ -3,7 +3,7 @@
 import pytest
 import requests
 
-from tests.hubclient import HubClient
+from tests.support.hubclient import HubClient
 
 
 def test_right_password_logs_in(login):

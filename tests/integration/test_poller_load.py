@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import JOB_NAME, deploy, squeue
-from tests.hubclient import HubClient
-from tests.loadusers import ensure_users, remove_users
-from tests.measure import job_info_rpcs
+from tests.support.hubclient import HubClient
+from tests.support.jobs import squeue
+from tests.support.loadusers import ensure_users, remove_users
+from tests.support.measure import job_info_rpcs
+from tests.support.testhub import JOB_NAME, deploy
 
 SESSIONS = 20
 WINDOW = 60  # seconds per measurement

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.conftest import user_jobs
-from tests.hubclient import SERVICE
+from tests.support.hubclient import SERVICE
+from tests.support.jobs import user_jobs
 
 EDITABLE = ("display_name", "max_gpus", "groups", "enabled")
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from portal import settings
-from tests.conftest import deploy
+from tests.support.testhub import deploy
 
 # A name of our own: the jobs of this file, and only them, are looked for and
 # cancelled, whatever else runs on the cluster meanwhile.

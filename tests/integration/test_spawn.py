@@ -4,7 +4,8 @@ import pwd
 import subprocess
 import time
 
-from tests.conftest import JOB_NAME, scontrol_job, squeue, user_jobs
+from tests.support.jobs import scontrol_job, squeue, user_jobs
+from tests.support.testhub import JOB_NAME
 
 
 def job_of(user):
@@ -15,7 +16,8 @@ def job_of(user):
 
 def test_spawn_runs_a_slurm_job_as_the_user_and_stop_ends_it(login):
     alice = login("alice")
-    r = alice.api("POST", "/users/alice/server")
+    # a profile alone: its defaults (1 GPU, 8 h), whatever alice asked for last
+    r = alice.api("POST", "/users/alice/server", json={"profile": "pytorch"})
     assert r.status_code in (201, 202), r.text
     try:
         model = alice.wait_ready("alice")

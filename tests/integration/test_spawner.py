@@ -11,11 +11,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import (
-    deploy,
-    scontrol_job,
-    user_jobs,
-)
+from tests.support.jobs import scontrol_job, user_jobs
 
 
 def tres(job_id):
@@ -129,6 +125,34 @@ def test_requests_beyond_free_gpus_queue_with_reason_and_expected_start(session,
     assert '"expected": {"1":' in page
 
 
+def test_a_profile_with_its_own_slice_is_shown_its_own_expected_start(
+    session, login, portal, restore_profiles
+):
+    """Expected starts are asked of Slurm per profile slice, with the options
+    of the real submission: a 16-cores-per-GPU profile gets its own."""
+    r = portal("carol").send(
+        "POST",
+        "api/profiles",
+        json={
+            "name": "wide", "display_name": "Wide", "environment": "pytorch",
+            "max_gpus": 2, "cores_per_gpu": 16,
+        },
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    session("carol", profile="pytorch", gpus=4)  # the node is full
+    alice = login("alice")
+    deadline = time.monotonic() + 20
+    while True:
+        page = alice.session.get(alice.url("/hub/spawn"), timeout=30).text
+        offered = json.loads(re.search(r'id="portal-profiles">(.*?)</script>', page).group(1))
+        wide = next(p for p in offered if p["name"] == "wide")
+        if set(wide["expected"]) == {"1", "2"} or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert wide["cores_per_gpu"] == 16
+    assert set(wide["expected"]) == {"1", "2"}, wide
+
+
 def server_token(user):
     """The API token of the user's running single-user server, read from its process."""
     for path in glob.glob("/proc/[0-9]*/environ"):
@@ -170,66 +194,6 @@ def test_port_callback_accepts_only_the_port(session, hub):
         200,
         403,
     )
-
-
-def lab_answers(client, name):
-    r = client.session.get(client.url(f"/user/{name}/lab"), timeout=30)
-    return r.status_code == 200 and "JupyterLab" in r.text
-
-
-def test_hub_restart_keeps_sessions(session, hub_env):
-    clients = {name: session(name, profile="pytorch", gpus=1) for name in ("alice", "bob")}
-    jobs = {name: user_jobs(name) for name in clients}
-    result = deploy("hub.sh", "restart", env=hub_env, check=False)
-    assert result.returncode == 0, result.stderr
-    for name, client in clients.items():
-        assert client.user_model(name)["servers"][""]["ready"]
-        assert lab_answers(client, name)
-        assert user_jobs(name) == jobs[name]
-
-
-def slurmctld_pid():
-    out = subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True, text=True).stdout
-    return out.split()
-
-
-def wait_state_saved(since, timeout=30):
-    """Wait for slurmctld to write its job state after ``since`` (epoch seconds).
-
-    It writes it a few seconds after a change; killed before that, it comes
-    back with the older state, purges newer jobs as defunct and kills their
-    steps as orphans (seen: a session started 2 s before the kill was lost).
-    """
-    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
-    folder = re.search(r"^StateSaveLocation\s*=\s*(\S+)", out, re.M).group(1)
-    path = os.path.join(folder, "job_state")
-    deadline = time.monotonic() + timeout
-    while os.stat(path).st_mtime <= since:
-        assert time.monotonic() < deadline, f"slurmctld did not write {path} in {timeout} s"
-        time.sleep(0.2)
-
-
-def test_slurmctld_outage_does_not_drop_a_running_session(session):
-    alice = session("alice", profile="pytorch", gpus=1)
-    [(job_id, _)] = user_jobs("alice")
-    # A crash, not a crash before Slurm recorded the running job: a job the
-    # backfill scheduler starts is saved only at the next change of a job, so
-    # make one (a comment), then wait for the save.
-    since = time.time()
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "Comment=state-saved"], check=True)
-    wait_state_saved(since)
-    for pid in slurmctld_pid():
-        os.kill(int(pid), 9)
-    try:
-        time.sleep(8)  # several poll intervals of the test hub (2 s)
-        assert alice.user_model("alice")["servers"][""]["ready"]
-        assert lab_answers(alice, "alice")
-    finally:
-        result = deploy("slurm.sh", "start", check=False)
-        assert result.returncode == 0, result.stderr
-    time.sleep(5)
-    assert alice.user_model("alice")["servers"][""]["ready"]
-    assert user_jobs("alice") == [[job_id, "RUNNING"]]
 
 
 def test_a_job_cancelled_while_queued_ends_the_spawn_at_once(session):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 pytestmark = pytest.mark.slow
 

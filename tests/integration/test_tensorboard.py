@@ -17,9 +17,10 @@ import time
 import pytest
 import requests
 
-from tests.conftest import PORT, REPO
-from tests.kernelcells import RUN_CELLS
-from tests.measure import curl_seconds
+from tests.support import REPO
+from tests.support.kernelcells import RUN_CELLS
+from tests.support.measure import curl_seconds
+from tests.support.testhub import PORT
 
 USER = "alice"
 HOME = pwd.getpwnam(USER).pw_dir

@@ -1,39 +1,29 @@
 """Fixtures of the reliability suite: outages of the shared services, kept
-short and always ended, and the figures each test prints.
+short and always ended.
 
 The outages stop one daemon of the shared cluster (slurmctld, slapd) by its
-pid file and start it again with the idempotent ``deploy/*.sh start``, in a
-``finally``, so a failing test never leaves the cluster down.
+pid file (SIGTERM, or SIGKILL for a crash) and start it again with the
+idempotent ``deploy/*.sh start``, in a ``finally``, so a failing test never
+leaves the cluster down.
 """
 
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from portal import settings
-from tests.conftest import JOB_NAME, deploy
+from tests.support.testhub import deploy
 
-SITE = settings.load()
-SLURMCTLD_PID = Path("/run/slurm/slurmctld.pid")
+SLURMCTLD_PID = Path("/run/slurm/slurmctld.pid")  # deploy/slurm.sh
 SLAPD_PID = Path("/run/portal/slapd/slapd.pid")  # deploy/ldap.sh
-# the test hub's Spawner.poll_interval and shared squeue interval (tests/conftest.py)
-POLL_INTERVAL = 2.0
 
 
-def figure(capsys, text):
-    """Print one of the suite's figures, past pytest's capture."""
-    with capsys.disabled():
-        print(f"\nRELIABILITY {text}")
-
-
-def _stop_by_pidfile(pidfile, name, timeout=30):
+def _stop_by_pidfile(pidfile, name, sig, timeout=30):
     pid = int(pidfile.read_text().split()[0])
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -45,10 +35,10 @@ def _stop_by_pidfile(pidfile, name, timeout=30):
 
 
 @contextlib.contextmanager
-def outage(pidfile, name, script):
-    """Stop one shared daemon for the ``with`` block, then start it again."""
+def outage(pidfile, name, script, sig=signal.SIGTERM):
+    """Stop one shared daemon with ``sig`` for the ``with`` block, then start it again."""
     started = time.monotonic()
-    _stop_by_pidfile(pidfile, name)
+    _stop_by_pidfile(pidfile, name, sig)
     try:
         yield
     finally:
@@ -59,28 +49,12 @@ def outage(pidfile, name, script):
 
 @pytest.fixture
 def slurmctld_down():
-    """``with slurmctld_down(): ...``: slurmctld stopped for the block."""
-    return lambda: outage(SLURMCTLD_PID, "slurmctld", "slurm.sh")
+    """``with slurmctld_down(): ...``: slurmctld stopped for the block;
+    ``slurmctld_down(signal.SIGKILL)``: crashed (no state saved on the way out)."""
+    return lambda sig=signal.SIGTERM: outage(SLURMCTLD_PID, "slurmctld", "slurm.sh", sig)
 
 
 @pytest.fixture
 def slapd_down():
     """``with slapd_down(): ...``: slapd stopped for the block (nslcd keeps running)."""
     return lambda: outage(SLAPD_PID, "slapd", "ldap.sh")
-
-
-def cancel_jobs_of(users):
-    """scancel the test hub's jobs of ``users`` (never another job name); wait until gone."""
-    for user in users:
-        subprocess.run(["scancel", "-n", JOB_NAME, "-u", user], check=False)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["squeue", "-h", "-n", JOB_NAME, "-u", ",".join(users), "-o", "%i"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        if not out.strip():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"jobs of {users} outlived scancel: {out}")

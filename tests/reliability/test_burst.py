@@ -8,10 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import JOB_NAME, squeue
-from tests.hubclient import HubClient
-from tests.loadusers import ensure_users, remove_users
-from tests.reliability.conftest import cancel_jobs_of, figure
+from tests.support.hubclient import HubClient
+from tests.support.jobs import cancel_jobs_of, squeue
+from tests.support.loadusers import ensure_users, remove_users
+from tests.support.measure import figure
+from tests.support.testhub import JOB_NAME
 
 USERS = 30
 SETTLE_TIMEOUT = 240  # seconds for the jobs that can run to be up

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import user_jobs
-from tests.reliability.conftest import figure
+from tests.support.jobs import user_jobs
+from tests.support.measure import figure
 
 REPEAT = 20
 

@@ -12,7 +12,7 @@ directives, oversized values, unknown keys.
 The profile API (create, edit, delete, as carol): no 5xx; a refusal (4xx)
 carries ``error`` and changes nothing; an accepted input stores exactly what
 was sent; afterwards every stored profile passes the validation again
-(``spawners.profiles.profile_from_dict`` and the service's own check against
+(``portal.core.profiles.profile_from_dict`` and the service's own check against
 the cluster), and the seeded profiles are unchanged.
 
 Violations are collected rather than raised at the first, so the figure
@@ -30,15 +30,16 @@ import requests
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from portal.core.profiles import ProfileError, profile_from_dict
 from portal.store import FIELDS
-from spawners.profiles import ProfileError, profile_from_dict
-from tests.conftest import JOB_NAME, TEST_SETTINGS, scontrol_job, squeue
-from tests.reliability.conftest import cancel_jobs_of, figure
+from tests.support.jobs import cancel_jobs_of, scontrol_job, squeue
+from tests.support.measure import figure
+from tests.support.testhub import JOB_NAME, TEST_SETTINGS
 
 USER = "bob"  # in portal-users, not in the vision group
 EXAMPLES = 500  # per target; two targets: 1,000 inputs at least
 ACCEPT_WAIT = 3  # seconds; a refusal answers at once, an accepted spawn waits on Slurm
-# The test hub's profiles (tests/conftest.py), as the portal must enforce them.
+# The test hub's profiles (tests/support/testhub.py), as the portal must enforce them.
 PROFILES = {"pytorch": (4, 24), "tensorflow": (2, 24), "vision": (2, 4)}
 OFFERED_TO_BOB = {"pytorch", "tensorflow"}
 assert all(f'name = "{name}"' in TEST_SETTINGS for name in PROFILES)
@@ -167,7 +168,7 @@ class Fuzz:
 
 @pytest.fixture(scope="module")
 def bob(hub, accounts):
-    from tests.hubclient import HubClient
+    from tests.support.hubclient import HubClient
 
     client = HubClient(hub)
     assert client.login(USER, accounts[USER]["password"]).status_code == 302

@@ -7,7 +7,7 @@ import time
 
 import requests
 
-from tests.hubsettings import CA_CERT
+from tests.support.hubsettings import CA_CERT
 
 SERVICE = "/services/portal/"  # the admin service (portal.service)
 
@@ -67,6 +67,11 @@ class HubClient:
                 return
             time.sleep(0.3)
         raise AssertionError(f"server of {name} still there after {timeout} s")
+
+    def lab_answers(self, name):
+        """Whether the user's running server answers with JupyterLab."""
+        r = self.session.get(self.url(f"/user/{name}/lab"), timeout=30)
+        return r.status_code == 200 and "JupyterLab" in r.text
 
 
 class Portal:

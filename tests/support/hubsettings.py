@@ -23,6 +23,15 @@ FRESH_START = (
     "cluster.json",
 )
 
+# The profile every hub of its own offers (the tests', the benchmarks'), as TOML.
+PYTORCH_PROFILE = """
+[[profiles]]
+name = "pytorch"
+display_name = "PyTorch"
+environment = "pytorch"
+max_gpus = 4
+"""
+
 
 def hub_settings(port, state, job_name):
     """The [hub], [portal] and [slurm] job_name settings of such a hub, as TOML."""

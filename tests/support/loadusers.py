@@ -28,8 +28,8 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.hashed import hashed
 
 from portal import settings
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # uid numbers: the demo accounts have 20000..20999 (deploy/ldap.sh); each
 # prefix here has BASE+1 .. BASE+999.
 DEMO_UIDS = range(20000, 21000)

@@ -1,4 +1,4 @@
-"""Measurements shared by the tests and the benchmarks (bench/)."""
+"""Measurements shared by the tests and the benchmarks (bench/), and how a test prints them."""
 
 import re
 import subprocess
@@ -28,3 +28,9 @@ def curl_seconds(*args):
     if out[0] != "200":
         raise AssertionError(f"curl {args[-1]} answered {out[0]}")
     return float(out[1])
+
+
+def figure(capsys, text):
+    """Print one of the reliability suite's figures, past pytest's capture."""
+    with capsys.disabled():
+        print(f"\nRELIABILITY {text}")

@@ -1,8 +1,8 @@
-"""The uid ranges of the test and benchmark accounts (tests/loadusers.py)."""
+"""The uid ranges of the test and benchmark accounts (tests/support/loadusers.py)."""
 
 import pytest
 
-from tests import loadusers
+from tests.support import loadusers
 
 
 def test_each_prefix_has_its_own_uids():

@@ -4,11 +4,13 @@ import dataclasses
 
 import pytest
 
-from portal.cluster import check_profile, max_time_minutes, resource_lines
-from portal.service.app import form_to_dict, whole_number
+from portal.cluster import check_profile, resource_lines
+from portal.core.numbers import whole_number
+from portal.core.profiles import ProfileError, profile_from_dict
+from portal.service.operations import form_to_dict
+from portal.slurm.model import Node, Partition, snapshot_from_json, snapshot_to_json
+from portal.slurm.parse import max_time_minutes, parse_sinfo
 from portal.store import Conflict, NotFound, ProfileStore, default_url
-from spawners.poller import Node, Partition, parse_sinfo, snapshot_from_json, snapshot_to_json
-from spawners.profiles import ProfileError, profile_from_dict
 
 SEED = [
     {"name": "pytorch", "display_name": "PyTorch", "environment": "pytorch", "partition": "gpu"},

@@ -1,6 +1,6 @@
 import pytest
 
-from spawners.profiles import ProfileError, SliceError, choose, profile_from_dict
+from portal.core.profiles import ProfileError, SliceError, choose, profile_from_dict
 
 BASE = dict(name="pytorch", display_name="PyTorch", environment="pytorch", partition="gpu")
 

@@ -1,7 +1,7 @@
 import shlex
 import subprocess
 
-from spawners.script import render_batch_script
+from portal.core.script import render_batch_script
 
 
 def render(**overrides):

@@ -1,6 +1,6 @@
 import pytest
 
-from spawners.slice import SliceError, make_slice
+from portal.core.slice import SliceError, make_slice
 
 LIMITS = dict(partition="gpu", max_gpus=4, cores_per_gpu=8, mem_per_gpu_gb=48, max_hours=24)
 

@@ -1,0 +1,46 @@
+"""The test hub's Slurm jobs, as squeue and scontrol show them; cancelled by
+the test hub's job name only, so another hub's jobs are left alone."""
+
+import subprocess
+import time
+
+from tests.support.testhub import JOB_NAME
+
+
+def squeue(*args):
+    """squeue's rows (no header), each split into its fields."""
+    out = subprocess.run(["squeue", "-h", *args], check=True, capture_output=True, text=True).stdout
+    return [line.split() for line in out.splitlines() if line.strip()]
+
+
+def scontrol_job(job_id):
+    """``scontrol show job``'s fields of one job, as a dict."""
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True
+    ).stdout
+    return dict(field.split("=", 1) for field in out.split() if "=" in field)
+
+
+def user_jobs(user):
+    """``[[job_id, state], ...]`` of the test hub's jobs of ``user`` (``a,b``: of several)."""
+    return squeue("-n", JOB_NAME, "-u", user, "-o", "%i %T")
+
+
+def wait_no_jobs(user, timeout=30):
+    """Wait until ``user`` has no job of the test hub; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while user_jobs(user) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not user_jobs(user), f"jobs of {user} still there after {timeout} s: {user_jobs(user)}"
+
+
+def cancel_jobs_of(users, timeout=60):
+    """scancel the test hub's jobs of ``users``; wait until they are gone."""
+    for user in users:
+        subprocess.run(["scancel", "-n", JOB_NAME, "-u", user], check=False)
+    wait_no_jobs(",".join(users), timeout)
+
+
+def cancel_test_jobs():
+    """scancel every job of the test hub (without waiting)."""
+    subprocess.run(["scancel", "--name", JOB_NAME], check=False)

@@ -1,0 +1,58 @@
+"""The tests' own hub, beside the demo's, and the deploy scripts that run the cluster.
+
+$PORTAL_TEST_PORT (default 18000) moves the test hub to other ports (PORT,
+PORT+81 for its API, PORT+1 for the proxy's, PORT+2 for the portal service),
+its own state folder and Slurm job name, so that two runs of the tests can
+share the cluster.
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.support import REPO
+from tests.support.hubsettings import PYTORCH_PROFILE, hub_settings
+
+PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
+_SUFFIX = "" if PORT == 18000 else f"-{PORT}"
+STATE = Path(f"/var/lib/portal/test-hub{_SUFFIX}")
+JOB_NAME = f"portal-test{_SUFFIX}"
+# The test hub's settings: where its account (not root only) can read them.
+SETTINGS_FILE = Path(f"/var/lib/portal/test-settings{_SUFFIX}.toml")
+# Spawner.poll_interval and the shared squeue's interval of the test hub, in seconds.
+POLL_INTERVAL = 2.0
+
+TEST_SETTINGS = (
+    hub_settings(PORT, STATE, JOB_NAME)
+    + f"""poll_interval = {POLL_INTERVAL}
+cluster_interval = {POLL_INTERVAL}
+"""
+    + PYTORCH_PROFILE
+    + """
+[[profiles]]
+name = "tensorflow"
+display_name = "TensorFlow"
+environment = "tensorflow"
+max_gpus = 2
+
+[[profiles]]
+name = "vision"
+display_name = "Vision team"
+environment = "pytorch"
+max_gpus = 2
+default_hours = 2
+max_hours = 4
+groups = ["vision"]
+"""
+)
+
+
+def deploy(*args, env=None, check=True):
+    """Run ``deploy/ARGS[0] ARGS[1:]`` (e.g. ``deploy("slurm.sh", "start")``), output captured."""
+    return subprocess.run(
+        ["bash", str(REPO / "deploy" / args[0]), *args[1:]],
+        env=env,
+        check=check,
+        capture_output=True,
+        text=True,
+    )
