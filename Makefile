@@ -1,6 +1,10 @@
 # Data Scientist Portal: the entry points. Everything runs as root.
 DEPLOY := deploy
-PYTHON := /opt/portal/envs/hub/bin/python
+# The hub's environment, under [envs] prefix of the settings.
+ENVS_PREFIX := $(shell /usr/bin/python3 portal/settings.py --get envs.prefix)
+PYTHON := $(ENVS_PREFIX)/envs/hub/bin/python
+RUFF := $(ENVS_PREFIX)/envs/hub/bin/ruff
+JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 
 .PHONY: up down status accounts restart-hub test lint unit bench smoke labextension
 
@@ -19,9 +23,10 @@ accounts:      ## the demo LDAP accounts, as JSON
 restart-hub:   ## restart the hub alone; the proxy, Slurm, slapd and sessions keep running
 	@bash $(DEPLOY)/hub.sh restart
 
-test:          ## install what the tests need, start the cluster, run every test
+test:          ## install what the tests need, lint, start the cluster, run every test
 	@bash $(DEPLOY)/packages.sh
 	@bash $(DEPLOY)/envs.sh
+	@$(MAKE) --no-print-directory lint
 	@bash $(DEPLOY)/data.sh
 	@bash $(DEPLOY)/tls.sh ensure
 	@bash $(DEPLOY)/ldap.sh start
@@ -29,7 +34,7 @@ test:          ## install what the tests need, start the cluster, run every test
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 lint:          ## ruff: lint and format check of the Python code
-	@/opt/portal/envs/hub/bin/ruff check . && /opt/portal/envs/hub/bin/ruff format --check .
+	@$(RUFF) check . && $(RUFF) format --check .
 
 unit:          ## the unit tests only (no services)
 	@$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
@@ -49,4 +54,4 @@ smoke:         ## after an upgrade: each notebook template, briefly, as a Slurm 
 # (Linux), and ci refuses a lock without every platform's; install keeps it.
 labextension:  ## rebuild the TensorBoard JupyterLab extension (portal/tensorboard/labextension/, committed) from labextension/
 	@cd labextension && npm install --no-audit --no-fund && npm run clean && \
-	    PATH=/opt/portal/envs/jupyter/bin:$$PATH npm run build
+	    PATH=$(JUPYTER_ENV)/bin:$$PATH npm run build
