@@ -27,10 +27,17 @@ from batchspawner import SlurmSpawner
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient
-from traitlets import Any, Float, Integer, List, Unicode, default
+from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
 from portal.core.numbers import whole_number
-from portal.core.profiles import Profile, ProfileError, choose, profile_from_dict, unix_groups
+from portal.core.profiles import (
+    SLICE_FIELDS,
+    Profile,
+    ProfileError,
+    choose,
+    profile_from_dict,
+    unix_groups,
+)
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.settings import defaults
@@ -69,29 +76,12 @@ class PortalSpawner(SlurmSpawner):
         Example: ``portal.hub_config.settings_profiles``.""",
     ).tag(config=True)
 
-    # Defaults: deploy/portal.toml [slurm], their one declaration.
-    partition = Unicode(
-        SLURM["partition"], help="""Partition of the default profile. Default ``gpu``."""
-    ).tag(config=True)
-    max_gpus = Integer(
-        SLURM["max_gpus"], help="""Most GPUs of the default profile. Default 4."""
-    ).tag(config=True)
-    cores_per_gpu = Integer(
-        SLURM["cores_per_gpu"],
-        help="""CPU cores per GPU of the default profile: N GPUs get N times this
-        many cores (``--cpus-per-task``). Default 8.""",
-    ).tag(config=True)
-    mem_per_gpu_gb = Integer(
-        SLURM["mem_per_gpu_gb"],
-        help="""Memory in GB per GPU of the default profile (``--mem=NG``). Default 48.""",
-    ).tag(config=True)
-    default_hours = Integer(
-        SLURM["default_hours"],
-        help="""Time limit of a session unless the user asks for another. Default 8.""",
-    ).tag(config=True)
-    max_hours = Integer(
-        SLURM["max_hours"],
-        help="""Longest time limit of the default profile, in hours. Default 24.""",
+    default_profile = Dict(
+        help="""The one profile offered when ``profile_source`` is None: fields
+        of ``portal.core.profiles.Profile``; those left out take the defaults of
+        deploy/portal.toml [slurm] (partition ``gpu``, 4 GPUs, 8 cores and 48 GB
+        per GPU, 8 of at most 24 hours). Example: ``{"name": "a100",
+        "display_name": "A100", "environment": "pytorch", "partition": "a100"}``.""",
     ).tag(config=True)
 
     python_env = Unicode(
@@ -262,19 +252,9 @@ class PortalSpawner(SlurmSpawner):
 
     def profiles(self):
         if self.profile_source is None:
-            return [
-                Profile(
-                    name="default",
-                    display_name="Default",
-                    partition=self.partition,
-                    environment="default",
-                    max_gpus=self.max_gpus,
-                    cores_per_gpu=self.cores_per_gpu,
-                    mem_per_gpu_gb=self.mem_per_gpu_gb,
-                    default_hours=self.default_hours,
-                    max_hours=self.max_hours,
-                )
-            ]
+            fallback = {"name": "default", "display_name": "Default", "environment": "default"}
+            slice_defaults = {key: SLURM[key] for key in SLICE_FIELDS}
+            return [profile_from_dict({**fallback, **self.default_profile}, slice_defaults)]
         profiles = []
         for p in self.profile_source():
             try:

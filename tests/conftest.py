@@ -14,6 +14,7 @@ import pytest
 from tests.support.hubclient import HubClient, Portal
 from tests.support.hubsettings import CA_CERT, fresh_state, write_settings
 from tests.support.jobs import cancel_jobs_of, cancel_test_jobs
+from tests.support.loadusers import ensure_users, remove_users
 from tests.support.testhub import PORT, SETTINGS_FILE, STATE, TEST_SETTINGS, deploy
 
 # Every requests call checks the portal's certificate against its CA.
@@ -94,6 +95,22 @@ def restore_profiles(portal):
     for name in set(now) - set(before):
         r = carol.send("DELETE", f"api/profiles/{name}?revision={now[name]['revision']}")
         assert r.status_code == 204, r.text
+
+
+@pytest.fixture
+def load_users():
+    """load_users(count) -> ``{name: password}`` of that many load-test LDAP
+    accounts (tests/support/loadusers.py), removed at the end of the test."""
+    made = set()
+
+    def _make(count):
+        accounts = ensure_users(count)
+        made.update(accounts)
+        return accounts
+
+    yield _make
+    if made:
+        remove_users(sorted(made))
 
 
 @pytest.fixture

@@ -23,16 +23,8 @@ from portal.cluster import ClusterSource
 from portal.core.profiles import NAME_RE
 from portal.store import ProfileStore
 
-from .api import CheckAPI, ProfileAPI, ProfilesAPI
+from . import api, pages
 from .operations import ProfileOperations
-from .pages import (
-    ClusterPage,
-    HistoryPage,
-    ProfileActionPage,
-    ProfileEditPage,
-    ProfilesPage,
-    RootHandler,
-)
 
 log = logging.getLogger("portal.service")
 
@@ -74,16 +66,16 @@ def create_application(settings=None, store=None):
 
     name = f"({NAME_RE.pattern.strip('^$')})"  # a profile's name (the form's "new" too)
     handlers = [
-        (prefix, RootHandler),
+        (prefix, pages.RootHandler),
         (route("oauth_callback"), HubOAuthCallbackHandler),
-        (route("profiles"), ProfilesPage),
-        (route(f"profiles/{name}"), ProfileEditPage),
-        (route(f"profiles/{name}/(enable|disable|delete|revert)"), ProfileActionPage),
-        (route(f"profiles/{name}/history"), HistoryPage),
-        (route("cluster"), ClusterPage),
-        (route("api/profiles"), ProfilesAPI),
-        (route("api/profiles/([^/]+)"), ProfileAPI),
-        (route("api/check"), CheckAPI),
+        (route("profiles"), pages.ProfilesPage),
+        (route(f"profiles/{name}"), pages.ProfileEditPage),
+        (route(f"profiles/{name}/(enable|disable|delete|revert)"), pages.ProfileActionPage),
+        (route(f"profiles/{name}/history"), pages.HistoryPage),
+        (route("cluster"), pages.ClusterPage),
+        (route("api/profiles"), api.ProfilesAPI),
+        (route("api/profiles/([^/]+)"), api.ProfileAPI),
+        (route("api/check"), api.CheckAPI),
     ]
     return web.Application(
         handlers,

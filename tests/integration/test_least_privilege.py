@@ -283,6 +283,7 @@ def test_a_refused_spawn_keeps_the_last_options_and_control_characters_are_refus
     wait_no_jobs("alice")
     for body, message in (
         ({"profile": "pytorch", "gpus": 99}, "GPUs must be between"),
+        ({"profile": "pytorch", "gpus": "٣"}, "GPUs must be a whole number"),
         ({"profile": "pytorch\n#SBATCH --gres=gpu:4"}, "control characters"),
         ({"profile": "pytorch", "hours": "2\x00"}, "control characters"),
     ):

@@ -14,7 +14,6 @@ import pytest
 
 from tests.support.hubclient import HubClient
 from tests.support.jobs import squeue
-from tests.support.loadusers import ensure_users, remove_users
 from tests.support.measure import job_info_rpcs
 from tests.support.testhub import JOB_NAME, deploy
 
@@ -48,17 +47,9 @@ def big_node(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.fixture
-def load_users():
-    """The load accounts of the test, removed at its end (after big_node's scancel)."""
-    accounts = ensure_users(SESSIONS)
-    yield accounts
-    remove_users(sorted(accounts))
-
-
 @pytest.mark.slow
 def test_job_info_rpcs_do_not_grow_with_sessions(hub, load_users, big_node, capsys):
-    accounts = load_users
+    accounts = load_users(SESSIONS)  # removed after big_node's scancel (fixture order)
     clients = {}
 
     def start(name):

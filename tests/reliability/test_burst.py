@@ -10,7 +10,6 @@ import pytest
 
 from tests.support.hubclient import HubClient
 from tests.support.jobs import cancel_jobs_of, squeue
-from tests.support.loadusers import ensure_users, remove_users
 from tests.support.measure import figure
 from tests.support.testhub import JOB_NAME
 
@@ -26,17 +25,9 @@ def server_state(client, name):
     return "ready" if server.get("ready") else "pending"
 
 
-@pytest.fixture
-def load_users():
-    """The load accounts of the test, removed at its end."""
-    accounts = ensure_users(USERS)
-    yield accounts
-    remove_users(sorted(accounts))
-
-
 @pytest.mark.slow
 def test_30_users_at_once_each_run_or_queue_with_a_reason(hub, load_users, capsys):
-    accounts = load_users
+    accounts = load_users(USERS)
     names = sorted(accounts)
     clients = {}
     for name in names:
