@@ -31,24 +31,31 @@ class PortReportHandler(APIHandler):
         if spawner is None or not hasattr(spawner, "report_port"):
             raise web.HTTPError(403, "This token belongs to no starting portal server")
         try:
-            body = json.loads(self.request.body or b"")
-        except ValueError:
-            raise web.HTTPError(400, "The body must be JSON") from None
-        if not isinstance(body, dict) or set(body) != {"port"}:
-            self.log.warning(
-                "Refused port report for %s with keys %s", user.name, sorted(body)[:10]
-                if isinstance(body, dict) else type(body).__name__,
-            )  # fmt: skip
-            raise web.HTTPError(400, 'Only {"port": N} is accepted')
-        port = body["port"]
-        if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
-            raise web.HTTPError(400, "port must be a whole number from 1024 to 65535")
+            port = reported_port(self.request.body)
+        except web.HTTPError as e:
+            self.log.warning("Refused port report for %s: %s", user.name, e.log_message)
+            raise
         if spawner.pending != "spawn" or spawner.port_reported:
             raise web.HTTPError(409, "The port of this server was already reported")
         spawner.report_port(port)
         self.log.info("Server of %s reported port %s", user.name, port)
         self.set_status(201)
         self.finish(json.dumps({"message": "port recorded"}))
+
+
+def reported_port(body):
+    """The port of a report's body (bytes): ``{"port": N}`` and nothing else,
+    N an unprivileged port; HTTPError 400 with the reason otherwise."""
+    try:
+        data = json.loads(body or b"")
+    except ValueError:
+        raise web.HTTPError(400, "The body must be JSON") from None
+    if not isinstance(data, dict) or set(data) != {"port"}:
+        raise web.HTTPError(400, 'Only {"port": N} is accepted')
+    port = data["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        raise web.HTTPError(400, "port must be a whole number from 1024 to 65535")
+    return port
 
 
 def install():

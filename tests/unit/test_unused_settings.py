@@ -56,12 +56,12 @@ def test_the_list_comes_from_batchspawner_less_what_the_portal_uses():
 
 def test_the_portal_own_and_jupyterhub_settings_are_accepted():
     c = config(
-        PortalSpawner__mem_per_gpu_gb=16,
+        PortalSpawner__default_profile={"mem_per_gpu_gb": 16},
         PortalSpawner__batchspawner_singleuser_cmd="/opt/env/bin/batchspawner-singleuser",
         Spawner__start_timeout=600,
         Spawner__default_url="/lab",
     )
-    assert PortalSpawner(config=c).mem_per_gpu_gb == 16
+    assert PortalSpawner(config=c).default_profile == {"mem_per_gpu_gb": 16}
 
 
 def test_the_hub_start_check_refuses_for_the_portal_spawner():

@@ -1,0 +1,146 @@
+"""The spawner's lifecycle without Slurm: submit, start (waiting on the port
+report and the shared poll), poll, stop, and the state a hub restart keeps.
+Slurm's command runner (``portal.slurm.commands.run``) is replaced, in this
+unit test only, by a stand-in that answers like the real commands; the real
+Slurm is exercised by tests/integration/test_spawner.py."""
+
+import asyncio
+import os
+import pwd
+from types import SimpleNamespace
+
+import pytest
+from tornado import web
+from traitlets.config import Config
+
+from portal.slurm import commands
+from spawners.port_report import reported_port
+from spawners.spawner import PortalSpawner
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+class Runner:
+    """Answers Slurm's command lines as slurmctld would, for one job."""
+
+    def __init__(self):
+        self.calls = []
+        self.state = None  # None: not submitted; then PENDING, RUNNING, or gone
+        self.script = None
+
+    async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
+        self.calls.append(argv)
+        command = argv[argv.index("--") + 1] if argv[0] == "sudo" else argv[0]
+        if command == "sbatch" and "--test-only" in argv:
+            return "sbatch: Job 1 to start at 2026-11-23T18:00:00 using 8 processors"
+        if command == "sbatch":
+            self.script, self.state = input, "PENDING"
+            return "4242"
+        if command == "squeue":
+            if self.state in ("PENDING", "RUNNING"):
+                node = "n1" if self.state == "RUNNING" else ""
+                return f"4242|{ME}|{self.state}|{node}|None|N/A|N/A|gres:gpu:1|gpu"
+            return ""
+        if command == "scancel":
+            self.state = "gone"
+            return ""
+        if command == "scontrol":
+            return "JobId=4242 GRES=gpu:1(IDX:2)"
+        if command == "sinfo":
+            return "n1 gpu* gpu:4 gpu:1(IDX:2) 8/24/0/32 mix 196608 49152 1-00:00:00"
+        if command == "sacct":
+            return "CANCELLED by 0|0:0|None"
+        raise AssertionError(f"unexpected command {argv}")
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    runner = Runner()
+    monkeypatch.setattr(commands, "run", runner)
+    return runner
+
+
+def spawner(job_name):
+    c = Config()
+    c.PortalSpawner.uid_min = 0  # this test runs as whoever runs it
+    c.PortalSpawner.job_name = job_name
+    c.PortalSpawner.poll_interval_active = 0.05
+    c.PortalSpawner.poll_interval_slurm = 0.05
+    c.PortalSpawner.answer_interval = 0.01
+    s = PortalSpawner(config=c, user=SimpleNamespace(name=ME, url=f"/user/{ME}/"))
+    s.get_env = lambda: {"HOME": pwd.getpwnam(ME).pw_dir, "JUPYTERHUB_API_TOKEN": "t0k"}
+    return s
+
+
+async def no_answer_wait():
+    return None
+
+
+async def test_submit_start_poll_stop_and_state(runner):
+    s = spawner("unit-lifecycle")
+    s.user_options = {"gpus": "1", "hours": "2"}
+    s._wait_answering = no_answer_wait  # Jupyter's first answer: the integration tests'
+
+    start = asyncio.ensure_future(s.start())
+    while runner.state is None:
+        await asyncio.sleep(0.01)
+    # submitted as the user, through sudo, the slice's options, the script on stdin
+    sbatch = next(argv for argv in runner.calls if "--parsable" in argv)
+    assert sbatch[:5] == ["sudo", "-n", "-u", ME, "--"]
+    assert "--gres=gpu:1" in sbatch and "--time=2:00:00" in sbatch and "--ntasks=1" in sbatch
+    assert "export JUPYTERHUB_API_TOKEN=t0k" in runner.script
+    # the job runs, but start waits for the port report
+    runner.state = "RUNNING"
+    await asyncio.sleep(0.3)
+    assert not start.done()
+    s.report_port(54321)
+    assert await asyncio.wait_for(start, 5) == ("n1", 54321)
+    assert s.gpu_indices == "2"
+
+    # listed: running; the state survives a hub restart
+    assert await s.poll() is None
+    restored = spawner("unit-lifecycle")
+    restored.load_state(s.get_state())
+    assert (restored.job_id, restored.gpu_indices) == ("4242", "2")
+    assert restored.job_slice == s.job_slice and restored.profile == s.profile
+    assert restored.last_options == {"profile": "default", "gpus": 1, "hours": 2}
+
+    # stop: scancel as the user, then the shared poll no longer lists the job
+    await asyncio.wait_for(s.stop(), 10)
+    scancel = next(argv for argv in runner.calls if "scancel" in argv)
+    assert scancel == ["sudo", "-n", "-u", ME, "--", "scancel", "4242"]
+    assert await s.poll() == 1
+    assert s.job_id == ""
+
+
+async def test_a_job_that_ends_before_jupyter_ends_the_start_with_sacct_reason(runner):
+    s = spawner("unit-ended")
+    s.user_options = {"gpus": 1}
+    start = asyncio.ensure_future(s.start())
+    while runner.state is None:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # a query after the submission has listed it
+    runner.state = "gone"
+    with pytest.raises(RuntimeError, match=r"ended before Jupyter started \(CANCELLED"):
+        await asyncio.wait_for(start, 5)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"", "must be JSON"),
+        (b"[1]", "Only"),
+        (b'{"port": 8888, "cmd": "x"}', "Only"),
+        (b'{"port": true}', "whole number"),
+        (b'{"port": 80}', "from 1024"),
+        (b'{"port": "8888"}', "whole number"),
+    ],
+)
+def test_a_port_report_is_a_port_and_nothing_else(body, message):
+    with pytest.raises(web.HTTPError) as e:
+        reported_port(body)
+    assert e.value.status_code == 400 and message in e.value.log_message
+
+
+def test_a_port_report():
+    assert reported_port(b'{"port": 8888}') == 8888
