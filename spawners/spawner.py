@@ -47,7 +47,7 @@ from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
 TEMPLATES = Path(__file__).parent / "templates"  # the spawn form
-SLURM = defaults()["slurm"]
+SLURM, HUB = defaults()["slurm"], defaults()["hub"]
 
 STATE_VERSION = 2
 OPTION_KEYS = {"profile", "gpus", "hours"}
@@ -174,13 +174,15 @@ class PortalSpawner(SlurmSpawner):
         Empty: no group check. Example: ``["portal-users", "portal-admins"]``.""",
     ).tag(config=True)
     uid_min = Integer(
-        1000,
+        HUB["uid_min"],
         help="""Lowest uid of an account that may run sessions: system accounts
-        (slapd's, munge's, the portal's own) are below it. Default 1000.""",
+        (slapd's, munge's, the portal's own) are below it. Default 10000
+        (deploy/portal.toml [hub] uid_min).""",
     ).tag(config=True)
     uid_max = Integer(
-        60000,
-        help="""Highest uid of an account that may run sessions. Default 60000.""",
+        HUB["uid_max"],
+        help="""Highest uid of an account that may run sessions. Default 60000
+        ([hub] uid_max).""",
     ).tag(config=True)
 
     @default("env_keep")
