@@ -24,6 +24,8 @@ from pathlib import Path
 
 import requests
 
+from portal import settings as site_settings
+from portal.hub_config import hub_api_ip
 from tests.support.hubsettings import (
     CA_CERT,
     PYTORCH_PROFILE,
@@ -70,7 +72,7 @@ class Hub:
         self.settings_file = Path(f"/var/lib/portal/{name}-settings.toml")
         self.url = f"https://127.0.0.1:{port}"
         self.localhost_url = f"https://localhost:{port}"
-        self.api_url = f"http://127.0.0.1:{port + 81}"
+        self.api_url = f"http://{hub_api_ip(load())}:{port + 81}"
         self.proxy_token = ""
 
     def settings_text(self):

@@ -97,16 +97,19 @@ def floor(hub, client, name):
         "JUPYTERHUB_USER": name,
         "JUPYTERHUB_CLIENT_ID": f"jupyterhub-user-{name}",
         "JUPYTERHUB_SERVICE_PREFIX": prefix,
-        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}{prefix}",
         "JUPYTERHUB_OAUTH_CALLBACK_URL": f"{prefix}oauth_callback",
     }
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    # on its node's cluster address, as the portal's batch script does
     script = f"""#!/bin/bash
 date +%s.%N > {folder}/running
 {exports}
+address=$(getent ahostsv4 "$SLURMD_NODENAME" | awk 'NR == 1 {{ print $1 }}')
+echo "$address" > {folder}/address
+export JUPYTERHUB_SERVICE_URL="http://$address:{port}{prefix}"
 source {envs["jupyter"]}/bin/activate
 date +%s.%N > {folder}/exec
-exec jupyterhub-singleuser --ip=127.0.0.1 --port={port}
+exec jupyterhub-singleuser --ip="$address" --port={port}
 """
     argv = [
         "sbatch", "--parsable", f"--job-name={FLOOR_JOB}", f"--chdir={home}",
@@ -120,7 +123,9 @@ exec jupyterhub-singleuser --ip=127.0.0.1 --port={port}
                 raise RuntimeError(f"the floor job of {name} did not start within 300 s")
             time.sleep(POLL)
         running, executed = _read_time(f"{folder}/running"), _read_time(f"{folder}/exec")
-        answered = wait_answer(f"http://127.0.0.1:{port}{prefix}api", mono0)
+        with open(f"{folder}/address") as f:
+            address = f.read().strip()
+        answered = wait_answer(f"http://{address}:{port}{prefix}api", mono0)
         server_start = (answered - mono0) - (executed - wall0)
         return (running - wall0) + server_start
     finally:

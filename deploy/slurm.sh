@@ -1,12 +1,26 @@
 #!/bin/bash
-# The embedded one-machine Slurm cluster: munge, MariaDB, slurmdbd, slurmctld
-# and slurmd on this host, with one node that advertises the [cluster]
-# settings of portal.toml (cores, memory, GPUs) whatever the machine really has.
+# The embedded Slurm cluster: a login node (this host: munge, MariaDB,
+# slurmdbd, slurmctld) and [cluster] nodes compute nodes n1, n2, ..., each in
+# a network and UTS namespace of its own (its own address on a bridge of this
+# host, its own hostname, its own slurmd and GPU device files), each
+# advertising the [cluster] node settings of portal.toml (cores, memory, GPUs)
+# whatever the machine really has. With nodes = 0, this host is the only node.
+#
+# The network: the bridge [cluster] bridge holds NETWORK.1 (this host, where
+# slurmctld and the hub's API listen for the nodes); node i is NETWORK.(i+1)
+# on the veth pair pnI (host side) / eth0 (inside its namespace). The node
+# names are added to /etc/hosts (a marked block), so the hub, the proxy and
+# every node resolve them. Files and users are shared with the host (one
+# filesystem, NSS through nslcd's socket, munge's socket), as on a cluster
+# with a shared /home. `ip netns exec` is not used: it remounts /sys, and
+# slurmd then fails on cgroups.
 #
 #     deploy/slurm.sh start     # write /etc/slurm, start munged, mariadbd,
 #                               # slurmdbd, slurmctld, slurmd (installs slurmdbd
 #                               # and mariadb-server if missing)
-#     deploy/slurm.sh stop      # stop them (Slurm's state and the database are kept)
+#     deploy/slurm.sh stop      # stop them, remove the nodes' namespaces, veths, the
+#                               # bridge and the /etc/hosts block (Slurm's state and
+#                               # the database are kept)
 #     deploy/slurm.sh status    # exit 0 if all run and the node takes jobs, else 3
 #     deploy/slurm.sh sync-users  # the users of the account "portal" = the
 #                               # members of the portal's LDAP groups, root, the hub
@@ -49,7 +63,6 @@ SLURM_CONF=$SLURM_ETC/slurm.conf
 GRES_CONF=$SLURM_ETC/gres.conf
 RUN_DIR=/run/slurm
 CTLD_PID=$RUN_DIR/slurmctld.pid
-SLURMD_PID=$RUN_DIR/slurmd.pid
 DBD_PID=$RUN_DIR/slurmdbd.pid
 SLURMDBD_CONF=$SLURM_ETC/slurmdbd.conf
 DBD_PORT=6819
@@ -58,7 +71,9 @@ SPOOL_DIR=/var/spool/slurmd
 LOG_DIR=/var/log/slurm
 MUNGE_KEY=/etc/munge/munge.key
 MUNGE_PID=/run/munge/munged.pid
-GPU_DEV=/dev/portal-gpu       # fake GPU character devices: ${GPU_DEV}0, 1, ...
+GPU_DEV=/dev/portal-gpu       # fake GPU character devices: $GPU_DEV/NODE/gpu0, 1, ...
+HOSTS_BEGIN="# BEGIN portal embedded cluster (deploy/slurm.sh)"
+HOSTS_END="# END portal embedded cluster"
 MARKER="# Written by deploy/slurm.sh of the Data Scientist Portal."
 
 # The accounting database: mariadbd as user mysql, on its Unix socket only.
@@ -78,7 +93,11 @@ CLUSTER=portal
 ACCOUNT=portal
 QOS=portal                    # the account's only QOS: the limits below
 
-NODE=$(hostname -s)
+LOGIN=$(hostname -s)
+NODES=$PORTAL_CLUSTER_NODES
+NETWORK=$PORTAL_CLUSTER_NETWORK
+BRIDGE=$PORTAL_CLUSTER_BRIDGE
+HOST_ADDR=$NETWORK.1
 CPUS=$PORTAL_CLUSTER_NODE_CPUS
 MEM_MB=$PORTAL_CLUSTER_NODE_MEM_MB
 GPUS=$PORTAL_CLUSTER_NODE_GPUS
@@ -86,6 +105,20 @@ PARTITION=$PORTAL_SLURM_PARTITION
 MAX_TIME=$PORTAL_CLUSTER_MAX_TIME
 QOS_MAX_GPUS=$PORTAL_CLUSTER_QOS_MAX_GPUS_PER_USER
 QOS_MAX_WALL=$PORTAL_CLUSTER_QOS_MAX_WALL
+# The compute nodes: n1..nN at NETWORK.2.., or this host alone at 127.0.0.1.
+NODE_NAMES=()
+if [ "$NODES" -gt 0 ]; then
+    for ((i = 1; i <= NODES; i++)); do NODE_NAMES+=("n$i"); done
+else
+    NODE_NAMES=("$LOGIN")
+fi
+# node_addr NAME: the address slurmctld and the hub reach the node at.
+node_addr() {
+    if [ "$NODES" -gt 0 ]; then echo "$NETWORK.$((${1#n} + 1))"; else echo 127.0.0.1; fi
+}
+slurmd_pid() { echo "$RUN_DIR/slurmd-$1.pid"; }
+slurmd_log() { echo "$LOG_DIR/slurmd-$1.log"; }
+
 # The hub's own account: its `sbatch --test-only` (the spawn page's expected
 # starts) needs an association too.
 HUB_USER=${PORTAL_HUB_USER:-}
@@ -168,18 +201,101 @@ start_munge() {
 
 # ---------------------------------------------------------------- configuration
 
-# The node's GPU devices: /dev/portal-gpu0..N-1, major 195 like NVIDIA's.
-# Slurm needs File= entries to register GPUs, and hands a job's devices to it
-# as CUDA_VISIBLE_DEVICES.
+# Each node's GPU devices: /dev/portal-gpu/NODE/gpu0..N-1, major 195 like
+# NVIDIA's (a node's own /dev/nvidiaN on a real cluster). Slurm needs File=
+# entries to register GPUs, and hands a job's devices to it as
+# CUDA_VISIBLE_DEVICES.
 make_gpu_devices() {
-    local i dev
-    for ((i = 0; i < GPUS; i++)); do
-        dev=$GPU_DEV$i
-        if [ ! -c "$dev" ] || [ "$(stat -c '%t:%T' "$dev")" != "c3:$(printf '%x' "$i")" ]; then
-            rm -f "$dev"
-            mknod -m 0660 "$dev" c 195 "$i"
-        fi
+    local i dev node
+    rm -f "$GPU_DEV"[0-9]* # the single-host layout of earlier versions
+    for node in "${NODE_NAMES[@]}"; do
+        install -d -m 0755 "$GPU_DEV/$node"
+        for ((i = 0; i < GPUS; i++)); do
+            dev=$GPU_DEV/$node/gpu$i
+            if [ ! -c "$dev" ] || [ "$(stat -c '%t:%T' "$dev")" != "c3:$(printf '%x' "$i")" ]; then
+                rm -f "$dev"
+                mknod -m 0660 "$dev" c 195 "$i"
+            fi
+        done
     done
+}
+
+# ---------------------------------------------------------------- the nodes' network
+
+in_node() { local node=$1; shift; nsenter --net="/var/run/netns/$node" "$@"; }
+
+# The bridge, each node's namespace and veth pair, and the /etc/hosts block.
+# Idempotent: what exists is kept.
+net_up() {
+    [ "$NODES" -gt 0 ] || { hosts_block ""; return 0; }
+    local node addr block=""
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        log "creating bridge $BRIDGE ($HOST_ADDR/24)"
+        ip link add "$BRIDGE" type bridge
+    fi
+    ip addr replace "$HOST_ADDR/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    for node in "${NODE_NAMES[@]}"; do
+        addr=$(node_addr "$node")
+        [ -e "/var/run/netns/$node" ] || { log "creating network namespace $node ($addr)"; ip netns add "$node"; }
+        if ! in_node "$node" ip link show eth0 >/dev/null 2>&1; then
+            ip link del "p$node" 2>/dev/null || true
+            ip link add "p$node" type veth peer name eth0 netns "$node"
+        fi
+        ip link set "p$node" master "$BRIDGE" up
+        in_node "$node" ip addr replace "$addr/24" dev eth0
+        in_node "$node" ip link set eth0 up
+        in_node "$node" ip link set lo up
+        block+="$addr $node"$'\n'
+    done
+    hosts_block "$block"
+}
+
+# hosts_block LINES: /etc/hosts with our marked block holding LINES (none:
+# no block). Rewritten in place (it may be a bind mount), only when it differs.
+hosts_block() {
+    local lines=$1 current new
+    current=$(cat /etc/hosts)
+    new=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b { skip = 1 } !skip { print } $0 == e { skip = 0 }' /etc/hosts)
+    [ -z "$lines" ] || new+=$'\n'"$HOSTS_BEGIN"$'\n'"${lines%$'\n'}"$'\n'"$HOSTS_END"
+    [ "$new" != "$current" ] || return 0
+    printf '%s\n' "$new" >/etc/hosts
+    log "updated the node names in /etc/hosts"
+}
+
+# Our namespaces (n1, n2, ...: configured now or earlier), their processes
+# first (a job's steps outlive a stopped slurmd), the veths and the bridge.
+net_down() {
+    remove_namespaces
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link del "$BRIDGE"
+        log "removed bridge $BRIDGE"
+    fi
+    hosts_block ""
+}
+
+# The namespaces of nodes no longer configured ([cluster] nodes went down).
+net_prune() { remove_namespaces "${NODE_NAMES[@]}"; }
+
+# remove_namespaces [KEEP...]: remove each namespace nN but those named.
+remove_namespaces() {
+    local node pids
+    local -A keep=()
+    for node in "$@"; do keep[$node]=1; done
+    for node in $(ip netns list 2>/dev/null | awk '$1 ~ /^n[0-9]+$/ { print $1 }'); do
+        [ -z "${keep[$node]:-}" ] || continue
+        pids=$(ip netns pids "$node" 2>/dev/null || true)
+        # shellcheck disable=SC2086
+        [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+        ip netns del "$node"
+        ip link del "p$node" 2>/dev/null || true
+        log "removed node $node's network namespace"
+    done
+}
+
+# slurmctld on this host: reached by the nodes at the bridge's address.
+ctld_host() {
+    if [ "$NODES" -gt 0 ]; then echo "$LOGIN($HOST_ADDR)"; else echo "$LOGIN"; fi
 }
 
 render_slurm_conf() {
@@ -190,7 +306,7 @@ $MARKER
 # Regenerated from portal.toml ([cluster], [slurm]) on every start; edit the
 # settings, not this file.
 ClusterName=$CLUSTER
-SlurmctldHost=$NODE
+SlurmctldHost=$(ctld_host)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -199,11 +315,11 @@ MpiDefault=none
 SlurmctldPort=6817
 SlurmdPort=6818
 SlurmctldPidFile=$CTLD_PID
-SlurmdPidFile=$SLURMD_PID
+SlurmdPidFile=$RUN_DIR/slurmd-%n.pid
 StateSaveLocation=$STATE_DIR
-SlurmdSpoolDir=$SPOOL_DIR
+SlurmdSpoolDir=$SPOOL_DIR/%n
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -219,7 +335,11 @@ ReturnToService=2
 # Timers: failures show quickly, scancel ends a job within seconds.
 MessageTimeout=10
 SlurmctldTimeout=120
-SlurmdTimeout=300
+# A node whose slurmd stops answering is down after 30 s (its jobs end as
+# NODE_FAIL); a site keeps Slurm's default (300) or its own.
+SlurmdTimeout=30
+# A session is never requeued onto another node after a node failure.
+JobRequeue=0
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
@@ -252,7 +372,9 @@ JobAcctGatherFrequency=30
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres State=UNKNOWN
+$(for node in "${NODE_NAMES[@]}"; do
+        echo "NodeName=$node NodeAddr=$(node_addr "$node") CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres State=UNKNOWN"
+    done)
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=$MAX_TIME State=UP OverSubscribe=NO
 EOF
 }
@@ -301,9 +423,11 @@ EOF
 
 render_gres_conf() {
     echo "$MARKER"
-    if [ "$GPUS" -gt 0 ]; then
-        echo "NodeName=$NODE Name=gpu File=${GPU_DEV}[0-$((GPUS - 1))]"
-    fi
+    [ "$GPUS" -gt 0 ] || return 0
+    local node
+    for node in "${NODE_NAMES[@]}"; do
+        echo "NodeName=$node Name=gpu File=$GPU_DEV/$node/gpu[0-$((GPUS - 1))]"
+    done
 }
 
 # write_if_changed FILE CONTENT [MODE]: write FILE (root, MODE, by default
@@ -349,11 +473,12 @@ write_config() {
 
 # ---------------------------------------------------------------- daemons
 
-# The node's state as sinfo prints it: idle, mixed, allocated, down*, drained...
-node_state() { sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null | head -n1 || true; }
+# node_state NODE: its state as sinfo prints it: idle, mixed, allocated, down*...
+node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null | head -n1 || true; }
 
+# node_ready NODE: it takes jobs.
 node_ready() {
-    case "$(node_state)" in
+    case "$(node_state "$1")" in
         idle | mixed | allocated | completing) return 0 ;;
         *) return 1 ;;
     esac
@@ -361,11 +486,11 @@ node_ready() {
 
 ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
-# slurmd_registered EPOCH: the node's slurmd registered having started at
+# slurmd_registered NODE EPOCH: the node's slurmd registered having started at
 # EPOCH or later (slurmctld may still show the old registration for a while).
 slurmd_registered() {
-    local since=$1 started
-    started=$(scontrol -o show node "$NODE" 2>/dev/null | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2)
+    local node=$1 since=$2 started
+    started=$(scontrol -o show node "$node" 2>/dev/null | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2)
     case "$started" in "" | None | Unknown) return 1 ;; esac
     [ "$(date -d "$started" +%s 2>/dev/null || echo 0)" -ge "$since" ]
 }
@@ -605,62 +730,96 @@ sync_users() {
 
 # ---------------------------------------------------------------- slurmctld, slurmd
 
+# Every slurmd (of the nodes configured now or earlier, and of the earlier
+# single-node layout), then slurmctld.
 stop_slurm_daemons() {
-    stop_pidfile "$SLURMD_PID" slurmd
+    local pidfile name
+    for pidfile in "$RUN_DIR"/slurmd-*.pid "$RUN_DIR/slurmd.pid"; do
+        [ -e "$pidfile" ] || continue
+        name=$(basename "$pidfile" .pid)
+        stop_pidfile "$pidfile" "$name"
+    done
     stop_pidfile "$CTLD_PID" slurmctld
 }
 
-start_slurm_daemons() {
-    install -d -m 0755 "$RUN_DIR" "$LOG_DIR"
-    install -d -m 0700 "$STATE_DIR"
+# start_slurmd NODE: its slurmd, in the node's namespaces when there are
+# compute nodes (hostname NODE, the node's network), else on this host.
+start_slurmd() {
+    local node=$1
+    rm -f "$(slurmd_pid "$node")"
     # 0755, as slurmd itself makes it: jobs exec their script from there as
     # their user. (0700 here, on a start that leaves slurmd running, made
     # every job fail with "execve(): .../slurm_script: Permission denied".)
-    install -d -m 0755 "$SPOOL_DIR"
+    install -d -m 0755 "$SPOOL_DIR" "$SPOOL_DIR/$node"
+    log "starting slurmd of $node"
+    if [ "$NODES" -gt 0 ]; then
+        # shellcheck disable=SC2016
+        launch nsenter --net="/var/run/netns/$node" unshare --uts \
+            sh -c 'hostname "$1" && exec /usr/sbin/slurmd -f "$2" -N "$1"' sh "$node" "$SLURM_CONF"
+    else
+        launch /usr/sbin/slurmd -f "$SLURM_CONF" -N "$node"
+    fi
+}
+
+# wait_node_ready NODE: it takes jobs; a node left down or drained by an
+# earlier unclean stop, whose slurmd runs again, is put back in service.
+wait_node_ready() {
+    local node=$1 deadline=$((SECONDS + 60)) state
+    until node_ready "$node"; do
+        state=$(node_state "$node")
+        case "$state" in
+            *drain* | down | down~ | fail*)
+                log "node $node is $state, resuming it"
+                scontrol update nodename="$node" state=resume || true
+                ;;
+        esac
+        [ "$SECONDS" -lt "$deadline" ] ||
+            die "node $node is '${state:-unknown}', not idle, after 60s (see $(slurmd_log "$node"))"
+        sleep 0.2
+    done
+}
+
+start_slurm_daemons() {
+    local node since started=()
+    install -d -m 0755 "$RUN_DIR" "$LOG_DIR"
+    install -d -m 0700 "$STATE_DIR"
     if ! pid_alive "$CTLD_PID"; then
         rm -f "$CTLD_PID"
         log "starting slurmctld"
         launch /usr/sbin/slurmctld -f "$SLURM_CONF"
     fi
     wait_daemon 30 slurmctld "$CTLD_PID" ctld_ok
-    if ! pid_alive "$SLURMD_PID"; then
-        rm -f "$SLURMD_PID"
-        log "starting slurmd"
-        local since
-        since=$(date +%s)
-        launch /usr/sbin/slurmd -f "$SLURM_CONF"
-        wait_daemon 30 slurmd "$SLURMD_PID" slurmd_registered "$since"
-    fi
-    local deadline=$((SECONDS + 60)) state
-    until node_ready; do
-        state=$(node_state)
-        case "$state" in
-            *drain* | down | down~ | fail*)
-                # Left down or drained by an earlier unclean stop, while its
-                # slurmd runs again: put it back in service.
-                log "node $NODE is $state, resuming it"
-                scontrol update nodename="$NODE" state=resume || true
-                ;;
-        esac
-        [ "$SECONDS" -lt "$deadline" ] ||
-            die "node $NODE is '${state:-unknown}', not idle, after 60s (see $LOG_DIR/slurmd.log)"
-        sleep 0.2
+    since=$(date +%s)
+    for node in "${NODE_NAMES[@]}"; do
+        pid_alive "$(slurmd_pid "$node")" && continue
+        start_slurmd "$node"
+        started+=("$node")
     done
+    for node in "${started[@]}"; do
+        wait_daemon 30 "slurmd-$node" "$(slurmd_pid "$node")" slurmd_registered "$node" "$since"
+    done
+    for node in "${NODE_NAMES[@]}"; do wait_node_ready "$node"; done
 }
 
 check_gres() {
     [ "$GPUS" -gt 0 ] || return 0
-    local gres
-    gres=$(sinfo -h -N -n "$NODE" -O 'Gres:40' | tr -d ' ')
-    case "$gres" in
-        gpu:"$GPUS" | gpu:"$GPUS"\(*) ;;
-        *) die "node $NODE shows gres '$gres', expected gpu:$GPUS (see $LOG_DIR/slurmd.log)" ;;
-    esac
+    local node gres
+    for node in "${NODE_NAMES[@]}"; do
+        gres=$(sinfo -h -N -n "$node" -O 'Gres:40' | tr -d ' ')
+        case "$gres" in
+            gpu:"$GPUS" | gpu:"$GPUS"\(*) ;;
+            *) die "node $node shows gres '$gres', expected gpu:$GPUS (see $(slurmd_log "$node"))" ;;
+        esac
+    done
 }
 
 all_up() {
+    local node
     pid_alive "$MUNGE_PID" && pid_alive "$MYSQL_PID" && pid_alive "$DBD_PID" &&
-        pid_alive "$CTLD_PID" && pid_alive "$SLURMD_PID" && node_ready
+        pid_alive "$CTLD_PID" || return 1
+    for node in "${NODE_NAMES[@]}"; do
+        pid_alive "$(slurmd_pid "$node")" && node_ready "$node" || return 1
+    done
 }
 
 # ---------------------------------------------------------------- commands
@@ -675,6 +834,7 @@ ensure_limits() {
 cmd_start() {
     check_limits
     make_gpu_devices
+    net_up
     write_config
     if [ "$SLURM_CHANGED$DBD_CHANGED$DB_CHANGED" = 000 ] && all_up; then
         ensure_limits                              # the fast path
@@ -689,32 +849,34 @@ cmd_start() {
     register_cluster
     # Before slurmctld (re)starts enforcing them.
     ensure_limits
-    if [ "$SLURM_CHANGED" = 1 ] && { pid_alive "$CTLD_PID" || pid_alive "$SLURMD_PID"; }; then
+    if [ "$SLURM_CHANGED" = 1 ]; then
         # Node and gres definitions need restarts, not `scontrol reconfigure`.
-        log "configuration changed, restarting slurmctld and slurmd"
+        log "configuration changed, restarting slurmctld and every slurmd"
         stop_slurm_daemons
+        net_prune
     fi
     start_slurm_daemons
     check_gres
-    log "up: $(sinfo -h -N -n "$NODE" -O 'NodeList:12,StateLong:12,Gres:20,GresUsed:30,CPUsState:16' | tr -s ' ')"
+    log "up: login node $LOGIN, compute nodes:"
+    sinfo -h -N -O 'NodeList:8,StateLong:12,Gres:20,CPUsState:16,Memory:10' | sed 's/^/    /' >&2
 }
 
 cmd_stop() {
     stop_slurm_daemons
+    net_down
     stop_pidfile "$DBD_PID" slurmdbd
     stop_slow "$MYSQL_PID" mariadbd 60
     stop_pidfile "$MUNGE_PID" munged
 }
 
 cmd_status() {
-    local rc=0 name pidfile
-    for name in munged mariadbd slurmdbd slurmctld slurmd; do
+    local rc=0 name pidfile node state
+    for name in munged mariadbd slurmdbd slurmctld; do
         case $name in
             munged) pidfile=$MUNGE_PID ;;
             mariadbd) pidfile=$MYSQL_PID ;;
             slurmdbd) pidfile=$DBD_PID ;;
             slurmctld) pidfile=$CTLD_PID ;;
-            slurmd) pidfile=$SLURMD_PID ;;
         esac
         if pid_alive "$pidfile"; then
             echo "$name: running (pid $(cat "$pidfile"))"
@@ -723,14 +885,22 @@ cmd_status() {
             rc=3
         fi
     done
-    local state=""
-    pid_alive "$CTLD_PID" && state=$(node_state)
-    echo "node $NODE: ${state:-unknown}"
-    case "$state" in
-        idle | mixed | allocated | completing) ;;
-        *) rc=3 ;;
-    esac
-    if [ "$rc" -eq 0 ]; then
+    for node in "${NODE_NAMES[@]}"; do
+        state=""
+        pid_alive "$CTLD_PID" && state=$(node_state "$node")
+        pidfile=$(slurmd_pid "$node")
+        if pid_alive "$pidfile"; then
+            echo "node $node ($(node_addr "$node")): slurmd running (pid $(cat "$pidfile")), ${state:-unknown}"
+        else
+            echo "node $node ($(node_addr "$node")): slurmd stopped, ${state:-unknown}"
+            rc=3
+        fi
+        case "$state" in
+            idle | mixed | allocated | completing) ;;
+            *) rc=3 ;;
+        esac
+    done
+    if pid_alive "$CTLD_PID"; then
         sinfo -N -O 'NodeList:12,Partition:10,StateLong:12,Gres:20,GresUsed:30,CPUsState:16,AllocMem:10,Memory:10'
     fi
     return $rc

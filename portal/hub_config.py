@@ -18,10 +18,9 @@ def configure_hub(c, settings):
     hub = settings["hub"]
     state = Path(hub["state_dir"])
     c.JupyterHub.bind_url = hub["bind_url"]
-    c.JupyterHub.hub_ip = hub["api_ip"]
+    c.JupyterHub.hub_ip = hub_api_ip(settings)
     c.JupyterHub.hub_port = hub["api_port"]
-    if hub["connect_ip"]:
-        c.JupyterHub.hub_connect_ip = hub["connect_ip"]
+    c.JupyterHub.hub_connect_ip = hub["connect_ip"] or hub_api_ip(settings)
     c.JupyterHub.db_url = hub["db_url"]
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     # Sessions are Slurm jobs that outlive the hub: a hub restart or upgrade
@@ -43,6 +42,18 @@ def configure_hub(c, settings):
 
 
 HSTS = "max-age=31536000"
+
+
+def hub_api_ip(settings):
+    """Where the hub's API listens: [hub] api_ip, or, when unset, the embedded
+    cluster's login address (where its compute nodes reach this host) if it
+    has compute nodes, else loopback."""
+    if settings["hub"]["api_ip"]:
+        return settings["hub"]["api_ip"]
+    cluster = settings["cluster"]
+    if cluster["embedded"] and cluster["nodes"] > 0:
+        return f"{cluster['network']}.1"
+    return "127.0.0.1"
 
 
 def is_https(settings):
