@@ -11,7 +11,7 @@ JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
 
-down:          ## stop the portal and the one-machine cluster (data is kept)
+down:          ## stop the portal and the cluster, remove the compute nodes' namespaces (data is kept)
 	@bash $(DEPLOY)/cluster.sh down
 
 status:        ## what runs

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole portal: up | down | status. `up` installs what is missing, starts
-# the embedded one-machine cluster (unless [cluster] embedded = false) and the
-# hub, and returns once the login page answers.
+# the embedded cluster (this host as the login node, [cluster] nodes compute
+# nodes; unless [cluster] embedded = false) and the hub, and returns once the
+# login page answers.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 

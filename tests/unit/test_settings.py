@@ -1,7 +1,7 @@
 import pytest
 
 from portal import settings
-from portal.hub_config import public_url
+from portal.hub_config import hub_api_ip, public_url
 
 
 def test_defaults_load():
@@ -41,3 +41,17 @@ def test_bad_site_file_is_refused(tmp_path, monkeypatch, text, message):
 def test_shell_lines_quote_values():
     lines = settings.shell_lines({"ldap": {"bind_dn_template": "uid={username},dc=x y"}})
     assert lines == ["PORTAL_LDAP_BIND_DN_TEMPLATE='uid={username},dc=x y'"]
+
+
+@pytest.mark.parametrize(
+    "hub, cluster, expected",
+    [
+        ({"api_ip": ""}, {"embedded": True, "nodes": 2}, "10.200.0.1"),
+        ({"api_ip": ""}, {"embedded": True, "nodes": 0}, "127.0.0.1"),
+        ({"api_ip": ""}, {"embedded": False, "nodes": 2}, "127.0.0.1"),
+        ({"api_ip": "10.1.0.5"}, {"embedded": True, "nodes": 2}, "10.1.0.5"),
+    ],
+)
+def test_the_hubs_api_listens_where_the_compute_nodes_reach_it(hub, cluster, expected):
+    merged = settings.merge(settings.defaults(), {"hub": hub, "cluster": cluster})
+    assert hub_api_ip(merged) == expected
