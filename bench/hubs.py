@@ -72,7 +72,7 @@ class Hub:
         self.settings_file = Path(f"/var/lib/portal/{name}-settings.toml")
         self.url = f"https://127.0.0.1:{port}"
         self.localhost_url = f"https://localhost:{port}"
-        self.api_url = f"http://{hub_api_ip(load())}:{port + 81}"
+        self.api_url = f"http://{hub_api_ip(site_settings.load())}:{port + 81}"
         self.proxy_token = ""
 
     def settings_text(self):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from portal.core.profiles import ProfileError
+from portal.core.slice import count
 from portal.slurm import commands as slurm
 from portal.slurm.model import snapshot_from_json
 from portal.slurm.parse import max_time_minutes
@@ -38,7 +39,8 @@ def check_profile(profile, partitions):
 
     ``partitions``: {name: portal.slurm.model.Partition}. The partition must
     exist; one of its nodes must hold ``max_gpus`` GPUs with the cores and the
-    memory that many GPUs bring; ``max_hours`` must be within MaxTime.
+    memory that many GPUs bring, and ``max_nodes`` of them such a slice each;
+    ``max_hours`` must be within MaxTime.
     """
     if not partitions:
         raise ProfileError(
@@ -77,6 +79,14 @@ def check_profile(profile, partitions):
             f"{most_mem} GB",
             "mem_per_gpu_gb",
         )
+    fit = [n for n in big if n.cpus >= cores and n.mem_mb // 1024 >= mem_gb]
+    if profile.max_nodes > len(fit):
+        raise ProfileError(
+            f"max_nodes {profile.max_nodes} is more than the {count(len(fit), 'node')} of "
+            f"partition {partition.name!r} that hold {profile.max_gpus} GPUs, {cores} cores "
+            f"and {mem_gb} GB",
+            "max_nodes",
+        )
     limit = max_time_minutes(partition.max_time)
     if limit is not None and profile.max_hours * 60 > limit:
         raise ProfileError(
@@ -87,11 +97,18 @@ def check_profile(profile, partitions):
 
 
 def resource_lines(profile):
-    """The sbatch resource options of a 1-GPU and a max-GPU session (default hours)."""
+    """The sbatch resource options of a 1-GPU and a max-GPU session, and of the
+    largest over ``max_nodes`` (default hours): ``{"2 GPUs": "sbatch ..."}``."""
+    sizes = [(1, gpus) for gpus in sorted({1, profile.max_gpus})]
+    if profile.max_nodes > 1:
+        sizes.append((profile.max_nodes, profile.max_gpus))
     lines = {}
-    for gpus in sorted({1, profile.max_gpus}):
-        job_slice = profile.make_slice(gpus, profile.default_hours)
-        lines[gpus] = "sbatch " + " ".join(job_slice.sbatch_args())
+    for nodes, gpus in sizes:
+        job_slice = profile.make_slice(gpus, profile.default_hours, nodes)
+        label = (
+            count(gpus, "GPU") if nodes == 1 else f"{count(nodes, 'node')} × {count(gpus, 'GPU')}"
+        )
+        lines[label] = "sbatch " + " ".join(job_slice.sbatch_args())
     return lines
 
 

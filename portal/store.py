@@ -36,7 +36,12 @@ log = logging.getLogger("portal.store")
 MIGRATIONS = Path(__file__).parent / "migrations"
 VERSION_TABLE = "portal_alembic_version"
 # The fields of a profile that the store keeps (and the history compares).
-FIELDS = ("display_name", "description", "environment", *SLICE_FIELDS, "groups", "enabled")
+FIELDS = (
+    "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "groups", "enabled",
+)  # fmt: skip
+# Fields added after the first schema, with the value that revisions stored
+# before them meant (migrations add their columns with the same default).
+ADDED_FIELDS = {"max_nodes": 1}
 
 
 class Base(DeclarativeBase):
@@ -51,6 +56,7 @@ class ProfileRow(Base):
     environment = Column(String(64), nullable=False)
     partition = Column(String(64), nullable=False)
     max_gpus = Column(Integer, nullable=False)
+    max_nodes = Column(Integer, nullable=False, default=1, server_default="1")
     cores_per_gpu = Column(Integer, nullable=False)
     mem_per_gpu_gb = Column(Integer, nullable=False)
     default_hours = Column(Integer, nullable=False)
@@ -131,9 +137,14 @@ def fields_of(profile):
     return {f: list(d[f]) if f == "groups" else d[f] for f in FIELDS}
 
 
+def filled(stored):
+    """A revision's stored fields, with ``ADDED_FIELDS`` that it predates."""
+    return {**ADDED_FIELDS, **stored} if stored else stored
+
+
 def diff(before, after):
     """{field: (before, after)} for the fields that differ."""
-    before, after = before or {}, after or {}
+    before, after = filled(before) or {}, filled(after) or {}
     return {
         f: (before.get(f), after.get(f))
         for f in FIELDS
@@ -164,8 +175,8 @@ class ProfileStore:
 
     # -- schema and seed ----------------------------------------------------
 
-    def upgrade(self):
-        """Create or migrate the schema to the newest revision (alembic)."""
+    def upgrade(self, revision="head"):
+        """Create or migrate the schema to ``revision`` (alembic): the newest by default."""
         from alembic import command
         from alembic.config import Config
 
@@ -173,21 +184,28 @@ class ProfileStore:
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
 
     def seed(self, profiles, author="site settings"):
-        """On first start, store ``profiles`` (dicts of the site settings). Once only:
-        after that the store is the truth, even when an admin deleted them all."""
+        """Store those of ``profiles`` (dicts of the site settings) whose names the
+        store has never held, after its own; returns their names. A profile the
+        store holds, or held and an admin deleted, is never changed from here:
+        the store is the truth, and a site's new profile still arrives."""
         with self.Session.begin() as db:
-            if db.get(Meta, "seeded"):
-                return False
-            for position, data in enumerate(profiles):
-                profile = profile_from_dict(data)
+            held = set(db.scalars(select(ProfileChange.profile).distinct()))
+            new = [profile_from_dict(d) for d in profiles]
+            new = [p for p in new if p.name not in held]
+            last = db.scalars(select(ProfileRow.position).order_by(ProfileRow.position.desc()))
+            start = 0 if not held else (last.first() or 0) + 1
+            for position, profile in enumerate(new, start):
                 db.add(self._row(profile, 1, author, position))
                 db.add(self._change(profile.name, 1, "seed", author, None, fields_of(profile)))
-            db.add(Meta(key="seeded", value=now().isoformat()))
-        log.info("profile store seeded with %d profiles from %s", len(profiles), author)
-        return True
+            if not db.get(Meta, "seeded"):
+                db.add(Meta(key="seeded", value=now().isoformat()))
+        if new:
+            names = ", ".join(p.name for p in new)
+            log.info("profile store seeded with %d profiles from %s: %s", len(new), author, names)
+        return [p.name for p in new]
 
     # -- reading ------------------------------------------------------------
 
@@ -230,7 +248,7 @@ class ProfileStore:
         ).first()
         if row is None:
             raise NotFound(f"Profile {name!r} has no revision {revision}")
-        return dict(row.after)
+        return filled(dict(row.after))
 
     # -- writing ------------------------------------------------------------
 

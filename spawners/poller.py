@@ -83,6 +83,8 @@ class SlurmPoller:
         self._wake = asyncio.Event()
         self._cluster_wake = asyncio.Event()
         self._inflight = None
+        self._sinfo_inflight = None
+        self._sinfo_started = -float("inf")  # monotonic time the last good sinfo began
         self._task = None
         self._cluster_task = None
         self._warned_unknown = False
@@ -158,6 +160,9 @@ class SlurmPoller:
         for job_id, (submitted, callback) in list(self._followed.items()):
             if self.is_gone(job_id, submitted):
                 del self._followed[job_id]
+                # its GPUs are free again, or its node is down: the next
+                # spawn page reads sinfo anew
+                self._sinfo_started = -float("inf")
                 asyncio.ensure_future(callback())
 
     def poke(self):
@@ -226,17 +231,43 @@ class SlurmPoller:
 
     async def refresh_cluster(self):
         """One sinfo; then expected starts for GPU counts that do not fit now."""
+        if await self._refresh_partitions() and self.will_run_slices:
+            await self._refresh_expected_starts()
+
+    async def partitions_since(self, max_age, timeout):
+        """Make ``partitions`` what an sinfo begun at most ``max_age`` seconds
+        ago saw (a node that went down shows on the next spawn page, not after
+        ``cluster_interval``), waiting at most ``timeout`` seconds; the last
+        known state otherwise. Concurrent callers share one sinfo."""
+        if time.monotonic() - self._sinfo_started <= max_age:
+            return
+        self.ensure_running()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._refresh_partitions()), timeout)
+        except TimeoutError:
+            log.warning(
+                "sinfo took more than %.1f s; the spawn page shows the last known state", timeout
+            )
+
+    def _refresh_partitions(self):
+        """One sinfo, shared by concurrent callers: True when it answered."""
+        if self._sinfo_inflight is None or self._sinfo_inflight.done():
+            self._sinfo_inflight = asyncio.ensure_future(self._query_partitions())
+        return self._sinfo_inflight
+
+    async def _query_partitions(self):
+        started = time.monotonic()
         try:
             self.partitions = await slurm.partitions(timeout=self.timeout)
             self.cluster_error = ""
+            self._sinfo_started = started
+            return True
         except slurm.SlurmError as e:
             self.cluster_error = str(e)
             log.warning("sinfo failed; keeping the last known cluster state: %s", e)
+            return False
+        finally:
             self.write_snapshot()
-            return
-        self.write_snapshot()
-        if self.will_run_slices:
-            await self._refresh_expected_starts()
 
     async def _refresh_expected_starts(self):
         """``sbatch --test-only`` for each slice that no node can take now,

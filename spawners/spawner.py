@@ -1,12 +1,14 @@
-"""PortalSpawner: one single-node Slurm job per session, submitted as the user.
+"""PortalSpawner: one Slurm job per session, submitted as the user.
 
 Built on batchspawner's SlurmSpawner (state, the batchspawner-singleuser port
 report, its traits); what changes:
 
-- the user picks a profile, a GPU count and hours; the slice (cores, memory,
-  gres, partition) is computed by ``portal.core.slice`` from the profile, never
-  taken from the user, and validated again at start because the REST API skips
-  the form;
+- the user picks a profile, a GPU count (per node), a node count where the
+  profile allows several, and hours; the slice (cores, memory, gres,
+  partition) is computed by ``portal.core.slice`` from the profile, never
+  taken from the user, and validated again at start because the REST API
+  skips the form. Jupyter runs on the job's first node; ``srun`` in the
+  session reaches every node;
 - the batch script comes from a sandboxed template with every value quoted
   (``portal.core.script``), and Slurm's commands run as argument lists with
   timeouts and a minimal environment (``portal.slurm.commands``);
@@ -18,6 +20,7 @@ import asyncio
 import os
 import pwd
 import re
+import socket
 import time
 from datetime import datetime
 from html import escape as html_escape
@@ -26,7 +29,7 @@ from pathlib import Path
 from batchspawner import SlurmSpawner
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
 from portal.core.numbers import whole_number
@@ -42,6 +45,7 @@ from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.settings import defaults
 from portal.slurm import commands as slurm
+from portal.slurm.model import describe_end
 
 from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
@@ -49,8 +53,8 @@ from .unused_settings import refuse_unused_settings
 TEMPLATES = Path(__file__).parent / "templates"  # the spawn form
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
 
-STATE_VERSION = 2
-OPTION_KEYS = {"profile", "gpus", "hours"}
+STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
+OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
 # Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -127,6 +131,21 @@ class PortalSpawner(SlurmSpawner):
         0.1,
         help="""Seconds between the spawner's checks that a started Jupyter
         answers, before it hands the session to the hub. Default 0.1.""",
+    ).tag(config=True)
+    form_sinfo_age = Float(
+        5.0,
+        help="""Seconds an sinfo may be old when the spawn page renders; an
+        older one is refreshed first (one sinfo for every page meanwhile). 0:
+        one sinfo per page. Default 5.""",
+    ).tag(config=True)
+    unreachable_timeout = Float(
+        20.0,
+        help="""Seconds the hub may fail to reach a started session's node
+        (no route, no answer to the connection: not a refused connection,
+        which only means Jupyter is not listening yet) before the spawn fails
+        with an error naming the node, its address and port, and the job is
+        cancelled. Check that the login node reaches the compute nodes' ports.
+        Default 20.""",
     ).tag(config=True)
     cluster_interval = Float(
         SLURM["cluster_interval"],
@@ -210,7 +229,7 @@ class PortalSpawner(SlurmSpawner):
 
     @default("options_form")
     def _options_form_default(self):
-        return lambda spawner: spawner.render_options_form()
+        return lambda spawner: spawner.fresh_options_form()
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -220,8 +239,9 @@ class PortalSpawner(SlurmSpawner):
     job_slice = None
     profile = None
     last_options = None  # the last options that passed validation (kept in the state)
+    last_end = None  # how the last session ended without a stop (kept until the next start)
     submitted_at = 0.0
-    gpu_indices = ""
+    gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
     _port_event = None
     port_reported = False
 
@@ -334,13 +354,25 @@ class PortalSpawner(SlurmSpawner):
             raise ProfileError("No profile is available to you; ask your admin", "profile")
         name = options.get("profile") or offered[0].name  # the first is the default
         profile = choose(offered, name, groups)
-        return profile, profile.make_slice(options.get("gpus", 1), options.get("hours"))
+        job_slice = profile.make_slice(
+            options.get("gpus", 1), options.get("hours"), options.get("nodes")
+        )
+        return profile, job_slice
+
+    @staticmethod
+    def valid_options(profile, job_slice):
+        """The options that give ``job_slice`` of ``profile``, as they are kept."""
+        return {
+            "profile": profile.name,
+            "gpus": job_slice.gpus,
+            "hours": job_slice.hours,
+            "nodes": job_slice.nodes,
+        }
 
     def options_from_form(self, formdata):
         """The form's fields, validated; a ValueError re-renders the form with its message."""
         options = {key: formdata.get(key, [""])[0].strip() for key in OPTION_KEYS}
-        profile, job_slice = self.resolve_options(options)
-        return {"profile": profile.name, "gpus": job_slice.gpus, "hours": job_slice.hours}
+        return self.valid_options(*self.resolve_options(options))
 
     _link_options = None
 
@@ -362,11 +394,7 @@ class PortalSpawner(SlurmSpawner):
         except (ProfileError, SliceError) as e:
             self._restore_last_options()
             raise web.HTTPError(400, str(e)) from None
-        self.last_options = {
-            "profile": self.profile.name,
-            "gpus": self.job_slice.gpus,
-            "hours": self.job_slice.hours,
-        }
+        self.last_options = self.valid_options(self.profile, self.job_slice)
         return self.job_slice
 
     def _restore_last_options(self):
@@ -375,6 +403,14 @@ class PortalSpawner(SlurmSpawner):
             return
         orm.user_options = dict(self.last_options or {})
         self.user.db.commit()
+
+    async def fresh_options_form(self):
+        """The spawn page from an sinfo at most ``form_sinfo_age`` seconds old
+        (shared by every page rendered meanwhile, awaited at most 2 s): GPUs
+        lost to a node that went down show at once, not after
+        ``cluster_interval``."""
+        await self.poller.partitions_since(self.form_sinfo_age, timeout=2.0)
+        return self.render_options_form()
 
     def render_options_form(self):
         try:
@@ -396,13 +432,19 @@ class PortalSpawner(SlurmSpawner):
         for p in offered:
             part = poller.partitions.get(p.partition)
             node_gpus = part.largest_node.gpus if part and part.largest_node else p.max_gpus
+            node_count = len(part.nodes) if part else p.max_nodes
             profiles.append(
                 {
                     **p.to_dict(),
                     "offered_gpus": max(1, min(p.max_gpus, node_gpus)),
+                    "offered_nodes": max(1, min(p.max_nodes, node_count)),
                     "free": part.gpus_free if part else None,
                     "total": part.gpus if part else None,
                     "largest_free": part.largest_free if part else None,
+                    # GPUs free on each node, most first: where N nodes x G GPUs fit now
+                    "nodes_free": sorted((n.gpus_free for n in part.nodes), reverse=True)
+                    if part
+                    else None,
                     "expected": {
                         str(g): start.strftime("%a %H:%M")
                         for g in range(1, p.max_gpus + 1)
@@ -415,18 +457,21 @@ class PortalSpawner(SlurmSpawner):
             if last.get("profile") in {p.name for p in offered}
             else offered[0].name
         )
-        # The chosen profile's GPU choices and hours are in the HTML itself, so
-        # the form works before (or without) its script: the last or linked
-        # values where they fit the profile, else 1 GPU and its default hours.
+        # The chosen profile's GPU and node choices and hours are in the HTML
+        # itself, so the form works before (or without) its script: the last or
+        # linked values where they fit the profile, else 1 GPU on 1 node and
+        # its default hours.
         current = next(p for p in profiles if p["name"] == chosen)
         same = last.get("profile") == chosen
         gpus = whole_number(last.get("gpus")) if same else None
+        nodes = whole_number(last.get("nodes")) if same else None
         hours = whole_number(last.get("hours")) if same else None
         return _html.get_template("form.html.j2").render(
             profiles=profiles,
             chosen=chosen,
             current=current,
             gpus_value=gpus if gpus and gpus <= current["offered_gpus"] else 1,
+            nodes_value=nodes if nodes and nodes <= current["offered_nodes"] else 1,
             hours_value=hours
             if hours and hours <= current["max_hours"]
             else current["default_hours"],
@@ -488,8 +533,6 @@ class PortalSpawner(SlurmSpawner):
             f"--job-name={self.job_name}",
             f"--chdir={home}",
             "--output=/dev/null",
-            # a requeued session could not report its port again: it ends instead
-            "--no-requeue",
             *job_slice.sbatch_args(),
         ]
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
@@ -513,11 +556,11 @@ class PortalSpawner(SlurmSpawner):
         await slurm.cancel(self.user.name, [self.job_id], timeout=self.slurm_timeout)
 
     async def _gpu_indices(self):
-        """The GPU indices of the running job (one scontrol per session)."""
+        """The GPU indices of the running job on each node (one scontrol per session)."""
         try:
             return await slurm.gpu_indices(self.job_id, timeout=self.slurm_timeout)
         except slurm.SlurmError:
-            return ""
+            return {}
 
     async def job_end_reason(self):
         """How the job ended, from sacct, as a short phrase (or "")."""
@@ -539,7 +582,8 @@ class PortalSpawner(SlurmSpawner):
     async def start(self):
         self.port = 0
         self.port_reported = False
-        self.gpu_indices = ""
+        self.gpu_indices = {}
+        self.last_end = None
         self._port_event = asyncio.Event()
         if self.job_slice is None:
             self.load_user_options(self.user_options)
@@ -563,12 +607,13 @@ class PortalSpawner(SlurmSpawner):
                         w.cancel()  # the ones still waiting, also when a stop cancels the spawn
         finally:
             poller.unwatch(self)
-        self.ip = job.node
+        self.ip = job.node  # the first node, where the batch script runs Jupyter
         self.gpu_indices = await self._gpu_indices()
         await self._wait_answering()
         self.log.info(
-            "Job %s of %s running on %s:%s (GPUs %s)",
-            self.job_id, self.user.name, self.ip, self.port, self.gpu_indices or "none",
+            "Job %s of %s running on %s:%s (nodes %s; GPUs %s)",
+            self.job_id, self.user.name, self.ip, self.port, ",".join(job.nodes),
+            self.gpu_indices or "none",
         )  # fmt: skip
         return self.ip, self.port
 
@@ -597,25 +642,56 @@ class PortalSpawner(SlurmSpawner):
         The port is reported before Jupyter listens; the hub's own wait backs
         off exponentially (0.2, 0.4, ... 3.2 s) and would find the server up to
         seconds after it answered. The hub's check still follows this one.
+        A node the hub cannot reach for ``unreachable_timeout`` ends the spawn
+        with an error, rather than a wait of ``http_timeout``.
         """
         base = self.server.base_url if self.server else self.user.url
         url = f"http://{self.ip}:{self.port}{base}api"
         client = AsyncHTTPClient()
         deadline = time.monotonic() + self.http_timeout
+        unreachable_since = None
         self.poller.watch(self)  # a job that ends meanwhile is noticed at the active rate
         try:
             while time.monotonic() < deadline:
                 try:
-                    r = await client.fetch(url, raise_error=False, request_timeout=5)
-                    if r.code < 500 and r.code != 599:
+                    r = await client.fetch(
+                        url, raise_error=False, connect_timeout=3, request_timeout=5
+                    )
+                    if r.code < 500:
                         return
-                except OSError:
-                    pass  # not listening yet
+                    unreachable_since = None
+                except ConnectionRefusedError:
+                    unreachable_since = None  # the node answers; Jupyter is not listening yet
+                except (OSError, HTTPClientError) as e:
+                    now = time.monotonic()
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= self.unreachable_timeout:
+                        raise self._unreachable(e) from None
                 if self.poller.is_gone(self.job_id, self.submitted_at):
                     await self._job_ended()
                 await asyncio.sleep(self.answer_interval)
         finally:
             self.poller.unwatch(self)
+        raise TimeoutError(
+            f"Jupyter of job {self.job_id} on {self.ip} did not answer at port {self.port} "
+            f"within {self.http_timeout:.0f} s. Its log: {self.job_log}"
+        )
+
+    def _unreachable(self, error):
+        try:
+            address = socket.gethostbyname(self.ip)
+        except OSError:
+            address = "an address this host cannot resolve"
+        self.log.error(
+            "Job %s of %s: node %s (%s) port %s unreachable from the hub for %.0f s: %s",
+            self.job_id, self.user.name, self.ip, address, self.port,
+            self.unreachable_timeout, error,
+        )  # fmt: skip
+        return RuntimeError(
+            f"The portal cannot reach your session on node {self.ip} ({address}, port "
+            f"{self.port}): {error}. The job is cancelled; tell your admin, who can check "
+            "that the login node reaches the compute nodes (PortalSpawner.unreachable_timeout)."
+        )
 
     async def _job_ended(self):
         reason = await self.job_end_reason()
@@ -636,10 +712,27 @@ class PortalSpawner(SlurmSpawner):
         # start) is refreshed once for all spawners
         await poller.snapshot_since(time.monotonic() - 2 * poller.interval)
         if poller.is_gone(self.job_id, self.submitted_at):
-            self.log.info("Job %s of %s is no longer in the queue", self.job_id, self.user.name)
+            await self._record_end()
             self.clear_state()
             return 1
         return None  # listed, or Slurm did not answer: kept as last seen
+
+    async def _record_end(self):
+        """How a session that ended without a stop from the hub ended (a node
+        failure, its time limit, a scancel from a shell), from sacct, for the
+        home page: ``last_end`` is kept in the state until the next start."""
+        reason = await self.job_end_reason()
+        nodes = [n for n in (self.gpu_indices or {}) if n] or ([self.ip] if self.ip else [])
+        self.last_end = {
+            "job_id": self.job_id,
+            "nodes": nodes,
+            "reason": reason,
+            "ended": datetime.now().isoformat(timespec="seconds"),
+        }
+        self.log.info(
+            "Job %s of %s on %s is no longer in the queue: %s",
+            self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
+        )  # fmt: skip
 
     def start_polling(self):
         """The hub's periodic poll, and a call as soon as the shared squeue finds
@@ -708,24 +801,39 @@ class PortalSpawner(SlurmSpawner):
             return {"progress": 90, "message": f"Jupyter is up on {job.node}; connecting..."}
         return {
             "progress": 60,
-            "message": f"Job {self.job_id} allocated on {job.node}; starting Jupyter...",
+            "message": f"Job {self.job_id} allocated on {', '.join(job.nodes)}; "
+            "starting Jupyter...",
         }
 
     # -- the session card ----------------------------------------------------
+
+    def ended_info(self):
+        """How the last session ended when neither the user nor the hub
+        stopped it, for the home page: ``{"job_id", "nodes", "reason", "why",
+        "ended"}``, or None."""
+        if self.job_id or not self.last_end:
+            return None
+        reason = self.last_end.get("reason", "")
+        return {**self.last_end, "why": describe_end(reason)}
 
     def session_info(self):
         """What the home page's session card shows (no Slurm call)."""
         if not self.job_id:
             return None
         job = self.poller.job(self.job_id)
+        nodes = job.nodes if job else (self.ip,) if self.ip else ()
+        # key "": the first node's, as a hub before multi-node sessions kept them
+        indices = self.gpu_indices
         info = {
             "job_id": self.job_id,
             "profile": self.profile.display_name if self.profile else "",
             "revision": self.profile.revision if self.profile else 0,
             "slice": self.job_slice,
-            "node": job.node if job else self.ip,
+            "nodes": [
+                {"name": node, "gpus": indices.get(node) or (indices.get("", "") if i == 0 else "")}
+                for i, node in enumerate(nodes)
+            ],
             "state": job.state if job else ("UNKNOWN" if self.poller.unknown else ""),
-            "gpus": self.gpu_indices,
             "log": self.job_log,
             "time_left": "",
         }
@@ -747,6 +855,8 @@ class PortalSpawner(SlurmSpawner):
             state["gpu_indices"] = self.gpu_indices
         if self.last_options:
             state["last_options"] = self.last_options
+        if self.last_end:
+            state["last_end"] = self.last_end
         return state
 
     def load_state(self, state):
@@ -759,13 +869,17 @@ class PortalSpawner(SlurmSpawner):
                 self.profile = profile_from_dict(state["profile"])
         except (TypeError, ValueError) as e:
             self.log.warning("Ignoring saved session details of another version: %s", e)
-        self.gpu_indices = state.get("gpu_indices", "")
+        indices = state.get("gpu_indices") or {}
+        # a hub before multi-node sessions saved the GPUs of the one node as a string
+        self.gpu_indices = indices if isinstance(indices, dict) else {"": str(indices)}
         if isinstance(state.get("last_options"), dict):
             self.last_options = state["last_options"]
+        if isinstance(state.get("last_end"), dict):
+            self.last_end = state["last_end"]
 
     def clear_state(self):
         super().clear_state()
         self.job_slice = None
         self.profile = None
-        self.gpu_indices = ""
+        self.gpu_indices = {}
         self.port_reported = False

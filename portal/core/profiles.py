@@ -1,7 +1,7 @@
 """Spawner profiles: what a user may ask for.
 
-A profile names an environment, a partition, the most GPUs and hours a
-session may have, the slice per GPU (cores, memory) and the LDAP groups that
+A profile names an environment, a partition, the most GPUs (per node),
+nodes and hours a session may have, the slice per GPU (cores, memory) and the LDAP groups that
 may use it. The spawner reads profiles through a *source* (a callable that
 returns the current list) at every form render and every spawn, so an edit
 applies at the next spawn without a restart. The hub's source is the admin
@@ -22,6 +22,7 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 ENV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 NODE_MAX_GPUS = 16
+MAX_NODES = 64
 MAX_HOURS = 24 * 30
 MAX_REVISION = 2**31  # revisions are stored and compared as SQLite integers
 # The fields a profile may leave out, whose defaults are the site's [slurm]
@@ -44,6 +45,7 @@ class Profile:
     environment: str
     description: str = ""
     max_gpus: int = SLICE_DEFAULTS["max_gpus"]
+    max_nodes: int = 1
     cores_per_gpu: int = SLICE_DEFAULTS["cores_per_gpu"]
     mem_per_gpu_gb: int = SLICE_DEFAULTS["mem_per_gpu_gb"]
     default_hours: int = SLICE_DEFAULTS["default_hours"]
@@ -56,13 +58,16 @@ class Profile:
         """Whether a member of ``user_groups`` may use this profile."""
         return self.enabled and (not self.groups or bool(set(self.groups) & set(user_groups)))
 
-    def make_slice(self, gpus, hours=None):
-        """The slice for ``gpus`` and ``hours`` (default: the profile's), or SliceError."""
+    def make_slice(self, gpus, hours=None, nodes=None):
+        """The slice for ``gpus`` per node, ``hours`` (default: the profile's)
+        and ``nodes`` (default 1), or SliceError."""
         return make_slice(
             gpus,
             self.default_hours if hours in (None, "") else hours,
+            nodes=1 if nodes in (None, "") else nodes,
             partition=self.partition,
             max_gpus=self.max_gpus,
+            max_nodes=self.max_nodes,
             cores_per_gpu=self.cores_per_gpu,
             mem_per_gpu_gb=self.mem_per_gpu_gb,
             max_hours=self.max_hours,
@@ -130,6 +135,7 @@ def profile_from_dict(data, defaults=None):
         environment=_text(data, "environment", ENV_RE, 64),
         partition=_text(data, "partition", PARTITION_RE, 64),
         max_gpus=_int(data, "max_gpus", 1, NODE_MAX_GPUS),
+        max_nodes=_int(data, "max_nodes", 1, MAX_NODES),
         cores_per_gpu=_int(data, "cores_per_gpu", 1, 256),
         mem_per_gpu_gb=_int(data, "mem_per_gpu_gb", 1, 4096),
         default_hours=_int(data, "default_hours", 1, MAX_HOURS),

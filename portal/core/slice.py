@@ -26,58 +26,103 @@ class SliceError(FieldError):
 
 @dataclass(frozen=True)
 class Slice:
+    """A session's resources. ``gpus``, ``cores`` and ``mem_gb`` are per node;
+    the ``total_`` properties count every node."""
+
     gpus: int
     cores: int
     mem_gb: int
     hours: int
     partition: str
+    nodes: int = 1  # states saved before multi-node sessions have no nodes: 1
 
     @property
     def time_limit(self):
         """Slurm's ``--time`` value, ``H:00:00``."""
         return f"{self.hours}:00:00"
 
+    @property
+    def cores_per_gpu(self):
+        return self.cores // self.gpus
+
+    @property
+    def total_gpus(self):
+        return self.gpus * self.nodes
+
+    @property
+    def total_cores(self):
+        return self.cores * self.nodes
+
+    @property
+    def total_mem_gb(self):
+        return self.mem_gb * self.nodes
+
     def sbatch_args(self):
-        """The resource options of the job, as sbatch arguments."""
+        """The resource options of the job, as sbatch arguments: one task per
+        GPU on each node, so that ``srun`` in the session starts one process
+        per GPU across the allocation; ``--gres`` and ``--mem`` are per node."""
         return [
-            "--nodes=1",
-            "--ntasks=1",
+            f"--nodes={self.nodes}",
+            f"--ntasks-per-node={self.gpus}",
             f"--partition={self.partition}",
             f"--gres=gpu:{self.gpus}",
-            f"--cpus-per-task={self.cores}",
+            f"--cpus-per-task={self.cores_per_gpu}",
             f"--mem={self.mem_gb}G",
             f"--time={self.time_limit}",
+            # a requeued session could not report its port again: it ends instead
+            "--no-requeue",
         ]
 
     def describe(self):
-        gpus = "1 GPU" if self.gpus == 1 else f"{self.gpus} GPUs"
+        """``2 GPUs, 16 cores, 96 GB, 8 h on partition gpu``; over several nodes,
+        ``2 nodes × 1 GPU = 2 GPUs, 16 cores, 96 GB, ...`` (the totals)."""
+        per_node = (
+            f"{count(self.nodes, 'node')} × {count(self.gpus, 'GPU')} = " if self.nodes > 1 else ""
+        )
         return (
-            f"{gpus}, {self.cores} cores, {self.mem_gb} GB, "
-            f"{self.hours} h on partition {self.partition}"
+            f"{per_node}{count(self.total_gpus, 'GPU')}, {self.total_cores} cores, "
+            f"{self.total_mem_gb} GB, {self.hours} h on partition {self.partition}"
         )
 
 
-def _whole_number(value, field, label):
+def count(number, word):
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{number} {word}" if number == 1 else f"{number} {word}s"
+
+
+def _whole_number(value, field, label, high):
+    """``value`` as a whole number in 1..high, or SliceError naming ``field``."""
     number = whole_number(value)
     if number is None:
         raise SliceError(f"{label} must be a whole number, not {str(value)[:40]!r}", field)
+    if not 1 <= number <= high:
+        allowed = "1" if high == 1 else f"between 1 and {high}"
+        raise SliceError(f"{label} must be {allowed}, not {number}", field)
     return number
 
 
-def make_slice(gpus, hours, *, partition, max_gpus, cores_per_gpu, mem_per_gpu_gb, max_hours):
+def make_slice(
+    gpus,
+    hours,
+    *,
+    partition,
+    max_gpus,
+    cores_per_gpu,
+    mem_per_gpu_gb,
+    max_hours,
+    nodes=1,
+    max_nodes=1,
+):
     """Validate a request and compute its slice.
 
-    ``gpus`` and ``hours`` may be ints or the strings a form sends. Raises
-    SliceError, naming the field, for anything outside 1..max_gpus and
-    1..max_hours; partition names are checked for shape as well, as they end
-    up on sbatch's command line.
+    ``gpus`` (per node), ``hours`` and ``nodes`` may be ints or the strings a
+    form sends. Raises SliceError, naming the field, for anything outside
+    1..max_gpus, 1..max_hours and 1..max_nodes; partition names are checked
+    for shape as well, as they end up on sbatch's command line.
     """
-    gpus = _whole_number(gpus, "gpus", "GPUs")
-    hours = _whole_number(hours, "hours", "Hours")
-    if not 1 <= gpus <= max_gpus:
-        raise SliceError(f"GPUs must be between 1 and {max_gpus}, not {gpus}", "gpus")
-    if not 1 <= hours <= max_hours:
-        raise SliceError(f"Hours must be between 1 and {max_hours}, not {hours}", "hours")
+    gpus = _whole_number(gpus, "gpus", "GPUs", max_gpus)
+    hours = _whole_number(hours, "hours", "Hours", max_hours)
+    nodes = _whole_number(nodes, "nodes", "Nodes", max_nodes)
     if not isinstance(partition, str) or not PARTITION_RE.match(partition):
         raise SliceError(f"{str(partition)[:40]!r} is not a valid partition name", "partition")
     return Slice(
@@ -86,4 +131,5 @@ def make_slice(gpus, hours, *, partition, max_gpus, cores_per_gpu, mem_per_gpu_g
         mem_gb=gpus * mem_per_gpu_gb,
         hours=hours,
         partition=partition,
+        nodes=nodes,
     )

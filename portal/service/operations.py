@@ -16,6 +16,7 @@ from portal.store import fields_of
 
 INT_FIELDS = (
     "max_gpus",
+    "max_nodes",
     "cores_per_gpu",
     "mem_per_gpu_gb",
     "default_hours",
@@ -152,7 +153,7 @@ class ProfileOperations:
         self.store.delete(name, revision, author)
 
     async def sessions(self):
-        """The hub's active servers: [{"user", "profile", "gpus", "hours", "started", ...}]."""
+        """The hub's active servers: [{"user", "profile", "gpus", "nodes", "hours", ...}]."""
         users = await self.hub_api("users?state=active")
         sessions = []
         for user in users:
@@ -163,6 +164,7 @@ class ProfileOperations:
                         "user": user["name"],
                         "profile": options.get("profile", ""),
                         "gpus": options.get("gpus"),
+                        "nodes": options.get("nodes") or 1,
                         "hours": options.get("hours"),
                         "started": server.get("started"),
                         "ready": server.get("ready"),

@@ -57,7 +57,7 @@ class ProfileEditPage(BaseHandler):
 
     def form(self, data, new, error=None, field=None, status=200):
         blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
-        blank.update(environment="", groups=[], enabled=False, max_gpus="", revision=0)
+        blank.update(environment="", groups=[], enabled=False, max_gpus="", max_nodes=1, revision=0)
         data = {**blank, **data}
         lines = {}
         try:

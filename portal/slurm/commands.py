@@ -114,7 +114,7 @@ async def end_reason(job_id, timeout):
 
 
 async def gpu_indices(job_id, timeout):
-    """The GPU indices of a running job (``"0-1"``), or ""."""
+    """The GPU indices of a running job on each of its nodes: ``{"n1": "0-1"}``."""
     argv = ["scontrol", "show", "job", "-d", job_id]
     return parse_gpu_indices(await run(argv, timeout=timeout))
 

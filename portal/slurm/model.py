@@ -10,7 +10,35 @@ RUNNING_STATES = {"RUNNING", "CONFIGURING", "STOPPED", "SUSPENDED"}
 # Cancelled, timed out or failed, its processes being killed: the server is going
 ENDING_STATES = {"COMPLETING"}
 PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
-UNAVAILABLE_NODE = re.compile(r"down|drain|fail|maint|unk|not_responding|inval|futr|power", re.I)
+UNAVAILABLE_NODE = re.compile(r"down|drain|drng|fail|maint|unk|not_responding|inval|futr|power", re.I)
+
+
+# How a job's end reads for its user, by sacct's state.
+END_STATES = {
+    "NODE_FAIL": "its node failed",
+    "BOOT_FAIL": "its node failed to boot",
+    "TIMEOUT": "it reached its time limit",
+    "DEADLINE": "it reached its deadline",
+    "PREEMPTED": "it was preempted",
+    "OUT_OF_MEMORY": "it ran out of memory",
+    "CANCELLED": "it was cancelled",
+    "FAILED": "Jupyter exited with an error",
+    "COMPLETED": "Jupyter exited",
+}
+
+
+def describe_end(reason):
+    """A phrase for ``parse_end_reason``'s text (``"NODE_FAIL, exit code 0:0"``).
+
+    >>> describe_end("NODE_FAIL, exit code 0:0")
+    'its node failed'
+    >>> describe_end("")
+    'Slurm has no record of how it ended'
+    """
+    state = reason.split(",", 1)[0].split()[0] if reason.strip() else ""
+    if not state:
+        return "Slurm has no record of how it ended"
+    return END_STATES.get(state, f"Slurm ended it ({state})")
 
 
 @dataclass(frozen=True)
@@ -18,12 +46,17 @@ class Job:
     id: str
     user: str
     state: str
-    node: str
+    nodes: tuple  # the allocation's nodes, in Slurm's order; () while pending
     reason: str
     start: datetime | None
     end: datetime | None
     gres: str
     partition: str
+
+    @property
+    def node(self):
+        """The first node, where Slurm runs the batch script (and so Jupyter); "" while pending."""
+        return self.nodes[0] if self.nodes else ""
 
     @property
     def running(self):
@@ -52,7 +85,8 @@ class Node:
 
     @property
     def available(self):
-        return not UNAVAILABLE_NODE.search(self.state)
+        # "*": not responding (mixed*, idle*): Slurm starts nothing there
+        return not UNAVAILABLE_NODE.search(self.state) and not self.state.endswith("*")
 
     @property
     def gpus_free(self):
@@ -132,9 +166,15 @@ def snapshot_from_json(text):
         )
         for name, p in data["partitions"].items()
     }
-    jobs = {
-        j["id"]: Job(**{**j, "start": parse_time(j["start"]), "end": parse_time(j["end"])})
-        for j in data["jobs"]
-    }
+    jobs = {j["id"]: _job(j) for j in data["jobs"]}
     errors = {"cluster": data.get("cluster_error", ""), "jobs": data.get("jobs_error", "")}
     return datetime.fromisoformat(data["time"]), partitions, jobs, errors
+
+
+def _job(data):
+    data = dict(data)
+    # a snapshot of a hub before multi-node sessions has "node", one name or ""
+    old = data.pop("node", "")
+    data["nodes"] = tuple(data.get("nodes") or ([old] if old else []))
+    data["start"], data["end"] = parse_time(data["start"]), parse_time(data["end"])
+    return Job(**data)

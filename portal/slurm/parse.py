@@ -5,6 +5,9 @@ import re
 from .model import Job, Node, Partition, parse_time
 
 JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
+BRACKET_RE = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
+DETAIL_NODES_RE = re.compile(r"(?:^|\s)Nodes=(\S+)")
+GPU_IDX_RE = re.compile(r"(?:^|[=,])gpu[^,(\s]*\(IDX:([^)]*)\)")
 
 
 class SlurmError(RuntimeError):
@@ -21,6 +24,59 @@ def parse_job_id(output):
     return match.group(1)
 
 
+def expand_hostlist(text):
+    """Slurm's compressed host list (squeue's ``%N``, scontrol's ``Nodes=``) as
+    a tuple of node names, in Slurm's order; ``""`` and ``(null)``: ``()``.
+
+    >>> expand_hostlist("n[1-2]"), expand_hostlist("n1,n3")
+    (('n1', 'n2'), ('n1', 'n3'))
+    >>> expand_hostlist("gpu[01-03,07],vm")
+    ('gpu01', 'gpu02', 'gpu03', 'gpu07', 'vm')
+    >>> expand_hostlist("rack[1-2]-n[1,3]")
+    ('rack1-n1', 'rack1-n3', 'rack2-n1', 'rack2-n3')
+
+    Raises ValueError for a range it cannot read.
+    """
+    text = (text or "").strip()
+    if text in ("", "(null)"):
+        return ()
+    names, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):
+        depth += (char == "[") - (char == "]")
+        if depth not in (0, 1):
+            break
+        if char == "," and depth == 0:
+            names.extend(_expand_name(text[start:i].strip()))
+            start = i + 1
+    if depth != 0:
+        raise ValueError(f"unbalanced brackets in host list {text[:80]!r}")
+    return tuple(name for name in names if name)
+
+
+def _expand_name(name):
+    """One host list item (``gpu[01-03,07]``): every name it stands for."""
+    match = BRACKET_RE.match(name)
+    if not match:
+        if "[" in name or "]" in name:
+            raise ValueError(f"not a host list: {name[:80]!r}")
+        return [name]
+    prefix, ranges, rest = match.groups()
+    return [
+        prefix + number + tail for number in _range_numbers(ranges) for tail in _expand_name(rest)
+    ]
+
+
+def _range_numbers(ranges):
+    """``01-03,07`` -> 01, 02, 03, 07 (zero-padded as the range's lower bound is)."""
+    numbers = []
+    for part in ranges.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or not (high or low).isdigit():
+            raise ValueError(f"not a host range: {ranges[:80]!r}")
+        numbers += [str(n).zfill(len(low)) for n in range(int(low), int(high or low) + 1)]
+    return numbers
+
+
 def parse_squeue(text):
     """``squeue -o SQUEUE_FORMAT`` output -> ``{job_id: Job}``."""
     jobs = {}
@@ -28,12 +84,16 @@ def parse_squeue(text):
         parts = line.strip().split("|")
         if len(parts) != 9 or not parts[0].isdigit():
             continue
-        job_id, user, state, node, reason, start, end, gres, partition = parts
+        job_id, user, state, nodes, reason, start, end, gres, partition = parts
+        try:
+            nodes = expand_hostlist(nodes)
+        except ValueError:
+            nodes = (nodes,)  # never seen; the job stays listed, its node as Slurm wrote it
         jobs[job_id] = Job(
             id=job_id,
             user=user,
             state=state,
-            node="" if node in ("", "(null)") else node,
+            nodes=nodes,
             reason="" if reason in ("None", "(null)") else reason,
             start=parse_time(start),
             end=parse_time(end),
@@ -114,11 +174,27 @@ def parse_end_reason(text):
 
 
 def parse_gpu_indices(text):
-    """The GPU indices of ``scontrol show job -d`` output (``GRES=gpu:2(IDX:0-1)`` -> "0-1")."""
-    for word in text.split():
-        if word.startswith("GRES=") and "IDX:" in word:
-            return word.split("IDX:", 1)[1].rstrip(")")
-    return ""
+    """The GPU indices of each node in ``scontrol show job -d`` output.
+
+    >>> parse_gpu_indices("  Nodes=n[1-2] CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:0)")
+    {'n1': '0', 'n2': '0'}
+    >>> parse_gpu_indices("  Nodes=n1 CPU_IDs=0-15 Mem=98304 GRES=gpu:a100:2(IDX:1-2)")
+    {'n1': '1-2'}
+
+    A line with GPU indices and no ``Nodes=`` is the first node's: ``{"": "0-1"}``.
+    """
+    indices = {}
+    for line in text.splitlines():
+        gpus = GPU_IDX_RE.search(line.split("GRES=", 1)[-1]) if "GRES=" in line else None
+        if not gpus:
+            continue
+        nodes = DETAIL_NODES_RE.search(line)
+        try:
+            names = expand_hostlist(nodes.group(1)) if nodes else ("",)
+        except ValueError:
+            continue
+        indices.update(dict.fromkeys(names, gpus.group(1)))
+    return indices
 
 
 def parse_job_fields(text):

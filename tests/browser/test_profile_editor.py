@@ -15,7 +15,7 @@ def test_admin_edits_a_profile_and_sees_the_history(page, browser, browser_login
     shot(page, "profiles-list")
 
     page.click("#profile-vision >> text=Edit")
-    expect(page.locator("#lines")).to_contain_text("--gres=gpu:2 --cpus-per-task=16 --mem=96G")
+    expect(page.locator("#lines")).to_contain_text("--gres=gpu:2 --cpus-per-task=8 --mem=96G")
     # a value the cluster cannot hold: said before saving, and again on save
     page.fill("#mem_per_gpu_gb", "1000")
     expect(page.locator("#check-error")).to_contain_text("mem_per_gpu_gb 1000")

@@ -46,3 +46,26 @@ def test_spawn_page_shows_slice_availability_and_expected_start(
         )
     )
     shot(page, "spawn-page-full-node")
+
+
+def test_nodes_are_offered_where_the_profile_allows_them_with_the_totals(page, browser_login):
+    browser_login(page, "alice")
+    page.select_option("#profile", "pytorch")
+    expect(page.locator("#nodes-group")).to_be_hidden()
+    page.select_option("#profile", "distributed")
+    nodes = page.locator("#nodes option")
+    if nodes.count() < 2:  # the partition has one node: nothing to choose
+        expect(page.locator("#nodes-group")).to_be_hidden()
+        return
+    expect(page.locator("#nodes-group")).to_be_visible()
+    expect(page.locator("label[for=gpus]")).to_have_text("GPUs per node")
+    page.select_option("#nodes", "2")
+    page.select_option("#gpus", "4")
+    expect(page.locator("#slice")).to_have_text(
+        "2 nodes × 4 GPUs = 8 GPUs, 64 cores, 384 GB, partition gpu, time limit 8:00:00"
+    )
+    page.select_option("#gpus", "1")
+    expect(page.locator("#slice")).to_contain_text("2 nodes × 1 GPU = 2 GPUs, 16 cores, 96 GB")
+    page.select_option("#profile", "pytorch")
+    expect(page.locator("#nodes-group")).to_be_hidden()
+    expect(page.locator("#slice")).to_contain_text("1 GPU = 8 cores + 48 GB")

@@ -38,7 +38,7 @@ KNOWN = {
     "tensorflow": ("TensorFlow", "tensorflow"),
     "mxnet": ("MXNet", "mxnet"),
 }
-THREADS = "3"  # what the batch script exports from SLURM_CPUS_PER_TASK
+THREADS = "3"  # what the batch script exports from SLURM_CPUS_ON_NODE
 
 
 def env_of(framework):

@@ -292,4 +292,4 @@ def test_a_refused_spawn_keeps_the_last_options_and_control_characters_are_refus
     assert not squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i")
     page = alice.session.get(alice.url("/hub/spawn"), timeout=30)
     last = json.loads(re.search(r'id="portal-last">(.*?)</script>', page.text).group(1))
-    assert last == {"profile": "tensorflow", "gpus": 2, "hours": 3}
+    assert last == {"profile": "tensorflow", "gpus": 2, "hours": 3, "nodes": 1}

@@ -25,13 +25,13 @@ def spawn_page_profiles(client):
 
 def test_profiles_are_seeded_from_the_site_settings(portal):
     profiles = portal("carol").get("api/profiles").json()
-    assert [p["name"] for p in profiles] == ["pytorch", "tensorflow", "vision"]
+    assert [p["name"] for p in profiles] == ["pytorch", "tensorflow", "vision", "distributed"]
     pytorch = profiles[0]
     assert pytorch["max_gpus"] == 4 and pytorch["cores_per_gpu"] == 8
     assert pytorch["mem_per_gpu_gb"] == 48 and pytorch["partition"] == "gpu"
     assert set(pytorch) == {
         "name", "display_name", "description", "environment", "partition", "max_gpus",
-        "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours", "groups",
+        "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours", "groups",
         "enabled", "revision",
     }  # fmt: skip
 
@@ -80,7 +80,11 @@ def test_a_running_session_keeps_its_revision(portal, session, login, restore_pr
 
 def test_non_admins_read_what_is_offered_and_change_nothing(portal):
     bob, alice = portal("bob"), portal("alice")
-    assert [p["name"] for p in bob.get("api/profiles").json()] == ["pytorch", "tensorflow"]
+    assert [p["name"] for p in bob.get("api/profiles").json()] == [
+        "pytorch",
+        "tensorflow",
+        "distributed",
+    ]
     assert "vision" in [p["name"] for p in alice.get("api/profiles").json()]
     assert bob.get("api/profiles/vision").status_code == 404
     assert bob.get("api/profiles/pytorch").status_code == 200
@@ -239,8 +243,11 @@ def test_the_form_shows_the_sbatch_lines_and_the_validation_message(portal):
     page = carol.get("profiles/pytorch")
     assert page.status_code == 200
     text = html.unescape(page.text)
-    assert "sbatch --nodes=1 --ntasks=1 --partition=gpu --gres=gpu:1 --cpus-per-task=8" in text
-    assert "--gres=gpu:4 --cpus-per-task=32 --mem=192G --time=8:00:00" in text
+    for label, gpus in (("1 GPU", 1), ("4 GPUs", 4)):
+        line = f"sbatch --nodes=1 --ntasks-per-node={gpus} --partition=gpu --gres=gpu:{gpus} "
+        assert f"{label}: <code>{line}" in text
+    assert "--cpus-per-task=8 --mem=192G --time=8:00:00 --no-requeue" in text
+    assert "nodes ×" not in text  # pytorch: one node
     revision = carol.profile("pytorch")["revision"]
     form = {
         "_xsrf": carol.xsrf,
@@ -262,8 +269,8 @@ def test_the_form_shows_the_sbatch_lines_and_the_validation_message(portal):
     assert 'id="max_gpus" name="max_gpus" value="9"' in r.text  # what was typed is kept
     assert carol.profile("pytorch")["revision"] == revision
     verdict = carol.send("POST", "api/check", json={**carol.profile("pytorch"), "max_gpus": 2})
-    assert verdict.json()["lines"]["2"].endswith(
-        "--gres=gpu:2 --cpus-per-task=16 --mem=96G --time=8:00:00"
+    assert verdict.json()["lines"]["2 GPUs"].endswith(
+        "--gres=gpu:2 --cpus-per-task=8 --mem=96G --time=8:00:00 --no-requeue"
     )
 
 
@@ -334,4 +341,4 @@ print([p.name for p in store.profiles()], store.engine.connect().exec_driver_sql
         ["/opt/portal/envs/hub/bin/python", "-c", script], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['a'] 0001"
+    assert out.stdout.strip() == "['a'] 0002"

@@ -4,8 +4,8 @@ admin can send to the admin service's profile API.
 
 For every input: no 5xx; a refusal carries a message (the form again with its
 error, or HTTP 400 with ``message``) and submits nothing; an accepted input
-becomes exactly one Slurm job whose slice is inside its profile (GPUs, 8 cores
-and 48 GB per GPU, hours, partition). Inputs: wrong types, out-of-range and
+becomes exactly one Slurm job whose slice is inside its profile (GPUs and
+nodes, 8 cores and 48 GB per GPU, hours, partition). Inputs: wrong types, out-of-range and
 huge numbers, unicode digits and text, shell and LDAP metacharacters, sbatch
 directives, oversized values, unknown keys.
 
@@ -40,8 +40,14 @@ USER = "bob"  # in portal-users, not in the vision group
 EXAMPLES = 500  # per target; two targets: 1,000 inputs at least
 ACCEPT_WAIT = 3  # seconds; a refusal answers at once, an accepted spawn waits on Slurm
 # The test hub's profiles (tests/support/testhub.py), as the portal must enforce them.
-PROFILES = {"pytorch": (4, 24), "tensorflow": (2, 24), "vision": (2, 4)}
-OFFERED_TO_BOB = {"pytorch", "tensorflow"}
+# name -> (max_gpus per node, max_hours, max_nodes)
+PROFILES = {
+    "pytorch": (4, 24, 1),
+    "tensorflow": (2, 24, 1),
+    "vision": (2, 4, 1),
+    "distributed": (4, 24, 2),
+}
+OFFERED_TO_BOB = {"pytorch", "tensorflow", "distributed"}
 assert all(f'name = "{name}"' in TEST_SETTINGS for name in PROFILES)
 
 METACHARACTERS = [
@@ -70,7 +76,7 @@ profile_names = st.one_of(st.sampled_from([*PROFILES, "nosuch", ""]), values)
 api_bodies = st.one_of(
     st.fixed_dictionaries(
         {},
-        optional={"profile": profile_names, "gpus": values, "hours": values},
+        optional={"profile": profile_names, "gpus": values, "hours": values, "nodes": values},
     ).flatmap(
         lambda d: st.dictionaries(st.text(max_size=12), values, max_size=2).map(
             lambda extra: {**extra, **d}
@@ -90,6 +96,7 @@ form_bodies = st.fixed_dictionaries(
         "profile": st.one_of(st.sampled_from([*PROFILES, "nosuch"]), form_text),
         "gpus": form_text,
         "hours": form_text,
+        "nodes": form_text,
         "partition": form_text,  # not a field: must never reach the job
         "cmd": form_text,
     },
@@ -142,16 +149,18 @@ class Fuzz:
         for (job_id,) in rows:
             job = scontrol_job(job_id)
             tres = dict(item.split("=", 1) for item in job["TRES"].split(","))
-            gpus = int(tres.get("gres/gpu", 0))
+            nodes = int(tres.get("node", 0))
+            gpus = int(tres.get("gres/gpu", 0)) // max(nodes, 1)  # per node
             hours = int(job["TimeLimit"].split(":")[0].split("-")[-1])
             name = options.get("profile") or "pytorch"
-            max_gpus, max_hours = PROFILES.get(name, (0, 0))
+            max_gpus, max_hours, max_nodes = PROFILES.get(name, (0, 0, 0))
             if name not in OFFERED_TO_BOB:
                 self.violation(body, f"job {job_id} for profile {name!r} not offered to {USER}")
             elif not (
                 1 <= gpus <= max_gpus
-                and tres["cpu"] == str(8 * gpus)
-                and tres["mem"] == f"{48 * gpus}G"
+                and 1 <= nodes <= max_nodes
+                and tres["cpu"] == str(8 * gpus * nodes)
+                and tres["mem"] == f"{48 * gpus * nodes}G"
                 and 1 <= hours <= max_hours
                 and job["Partition"] == "gpu"
             ):

@@ -32,6 +32,16 @@ environment = "pytorch"
 max_gpus = 4
 """
 
+# The profile of sessions over several nodes (deploy/portal.toml has the same).
+DISTRIBUTED_PROFILE = """
+[[profiles]]
+name = "distributed"
+display_name = "PyTorch distributed"
+environment = "pytorch"
+max_gpus = 4
+max_nodes = 2
+"""
+
 
 def hub_settings(port, state, job_name):
     """The [hub], [portal] and [slurm] job_name settings of such a hub, as TOML."""

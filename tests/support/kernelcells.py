@@ -4,7 +4,21 @@
 as the user with the jupyter environment's Python); its last line is JSON, one
 ``[status, shown]`` per cell: what the cell printed, showed (as MIME, e.g.
 ``text/html``, when it has that form, else plain text), or its error.
+
+``run_in_session`` runs a cell in a running session instead, as the browser
+does: a kernel started through Jupyter's REST API behind the proxy, the cell
+sent over its websocket.
 """
+
+import asyncio
+import json
+import uuid
+
+import requests
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from tests.support.hubsettings import CA_CERT
 
 RUN_CELLS = """
 import json, sys
@@ -32,3 +46,56 @@ finally:
     km.shutdown_kernel(now=True)
 print(json.dumps(shown))
 """
+
+
+async def run_in_session(server_url, token, code, timeout=120):
+    """``[status, printed]`` of ``code`` run in a new kernel of the session at
+    ``server_url`` (``https://HOST:PORT/user/NAME/``), as the holder of the hub
+    API ``token`` (scope ``access:servers``); the kernel is shut down after."""
+    headers = {"Authorization": f"token {token}"}
+    r = requests.post(server_url + "api/kernels", json={}, headers=headers, timeout=60)
+    r.raise_for_status()
+    kernel = r.json()["id"]
+    ws_url = server_url.replace("https", "wss", 1) + f"api/kernels/{kernel}/channels"
+    ws = await websocket_connect(HTTPRequest(ws_url, headers=headers, ca_certs=CA_CERT))
+    try:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
+        content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
+        await ws.write_message(
+            json.dumps(
+                {
+                    "header": {**header, "session": uuid.uuid4().hex, "username": ""},
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": "shell",
+                }
+            )  # fmt: skip
+        )
+        return await _reply(ws, msg_id, timeout)
+    finally:
+        ws.close()
+        requests.delete(server_url + f"api/kernels/{kernel}", headers=headers, timeout=60)
+
+
+async def _reply(ws, msg_id, timeout):
+    """What the kernel printed for ``msg_id``, once it replied and went idle."""
+    out, status, idle = [], None, False
+    while not (status and idle):
+        raw = await asyncio.wait_for(ws.read_message(), timeout)
+        if raw is None:
+            raise AssertionError(f"the kernel's websocket closed; printed so far: {out}")
+        msg = json.loads(raw)
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            out.append(content["text"])
+        elif kind == "error":
+            out.append(f"{content['ename']}: {content['evalue']}")
+        elif kind == "execute_reply":
+            status = content["status"]
+        elif kind == "status":
+            idle = content["execution_state"] == "idle"
+    return [status, "".join(out).strip()]

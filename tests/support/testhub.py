@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from tests.support import REPO
-from tests.support.hubsettings import PYTORCH_PROFILE, hub_settings
+from tests.support.hubsettings import DISTRIBUTED_PROFILE, PYTORCH_PROFILE, hub_settings
 
 PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
 _SUFFIX = "" if PORT == 18000 else f"-{PORT}"
@@ -44,6 +44,7 @@ default_hours = 2
 max_hours = 4
 groups = ["vision"]
 """
+    + DISTRIBUTED_PROFILE
 )
 
 

@@ -1,5 +1,9 @@
+import json
 from datetime import datetime
 
+import pytest
+
+from portal.slurm.model import Node, snapshot_from_json, snapshot_to_json
 from portal.slurm.parse import gpu_count, parse_sinfo, parse_squeue, parse_will_run
 from spawners.poller import SlurmPoller, Snapshot
 
@@ -13,10 +17,30 @@ garbage line
 def test_parse_squeue():
     jobs = parse_squeue(SQUEUE)
     assert set(jobs) == {"12", "13"}
-    assert jobs["12"].running and jobs["12"].node == "vm"
+    assert jobs["12"].running and jobs["12"].node == "vm" and jobs["12"].nodes == ("vm",)
     assert jobs["12"].end == datetime(2026, 11, 23, 4)
     assert jobs["13"].pending and jobs["13"].reason == "Resources" and jobs["13"].node == ""
     assert jobs["13"].start == datetime(2026, 11, 23, 4)
+    assert jobs["13"].nodes == ()
+
+
+def test_a_job_over_several_nodes_lists_them_all_and_runs_jupyter_on_the_first():
+    line = "15|alice|RUNNING|n[1-2]|None|2026-11-22T20:00:00|N/A|gres:gpu:1|gpu"
+    job = parse_squeue(line)["15"]
+    assert job.nodes == ("n1", "n2") and job.node == "n1"
+    odd = parse_squeue(line.replace("n[1-2]", "n[1-x]"))["15"]
+    assert odd.nodes == ("n[1-x]",)  # listed all the same
+
+
+def test_a_snapshot_keeps_the_nodes_and_reads_one_of_an_older_hub():
+    jobs = parse_squeue(SQUEUE + "15|alice|RUNNING|n[1-2]|None|N/A|N/A|gres:gpu:1|gpu\n")
+    _, _, back, _ = snapshot_from_json(snapshot_to_json({}, jobs))
+    assert back == jobs
+    old = json.loads(snapshot_to_json({}, jobs))
+    for job in old["jobs"]:
+        job["node"] = job.pop("nodes")[0] if job["nodes"] else ""
+    _, _, back, _ = snapshot_from_json(json.dumps(old))
+    assert back["12"].nodes == ("vm",) and back["13"].nodes == () and back["15"].nodes == ("n1",)
 
 
 def test_a_job_is_gone_when_unlisted_or_completing_in_a_later_successful_query():
@@ -33,8 +57,8 @@ def test_a_job_is_gone_when_unlisted_or_completing_in_a_later_successful_query()
 
 
 def test_expected_starts_are_asked_with_each_slices_own_submission_options(monkeypatch):
-    """sbatch --test-only gets the slice's own options (its cores per GPU,
-    --ntasks=1), only for slices no node can take now."""
+    """sbatch --test-only gets the slice's own options (its cores per GPU, one
+    task per GPU), only for slices no node can take now."""
     import asyncio
 
     from portal.core.slice import make_slice
@@ -58,7 +82,7 @@ def test_expected_starts_are_asked_with_each_slices_own_submission_options(monke
     poller.partitions = full
     asyncio.run(poller._refresh_expected_starts())
     assert asked == [["sbatch", "--test-only", *wide.sbatch_args(), "--wrap=true"]]
-    assert "--cpus-per-task=16" in asked[0] and "--ntasks=1" in asked[0]
+    assert "--cpus-per-task=16" in asked[0] and "--ntasks-per-node=1" in asked[0]
     assert poller.expected_start == {wide: datetime(2026, 11, 23, 18, 0)}
 
 
@@ -98,3 +122,17 @@ def test_parse_will_run():
     )
     assert parse_will_run(out) == datetime(2026, 11, 23, 4, 0, 12)
     assert parse_will_run("sbatch: error: Requested node configuration is not available") is None
+
+
+@pytest.mark.parametrize(
+    "state, available",
+    [
+        ("idle", True), ("mix", True), ("alloc", True),
+        ("down*", False), ("mix*", False), ("idle*", False),  # not responding
+        ("drain", False), ("drng", False), ("fail", False), ("maint", False), ("unk*", False),
+    ],
+)  # fmt: skip
+def test_a_node_that_is_down_or_not_responding_offers_no_free_gpus(state, available):
+    node = Node("n1", ("gpu",), 4, 1, 32, 8, 196608, 49152, state)
+    assert node.available is available
+    assert node.gpus_free == (3 if available else 0)

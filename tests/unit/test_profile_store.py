@@ -26,10 +26,43 @@ def store(tmp_path):
     return s
 
 
-def test_seed_once_and_in_order(store):
+def test_seed_in_order_then_only_names_never_held(store):
     assert [p.name for p in store.profiles()] == ["pytorch", "mxnet"]
-    assert not store.seed([{**SEED[0], "name": "other"}])
-    assert store.get("pytorch").revision == 1
+    p = store.get("mxnet")
+    store.update(dataclasses.replace(p, max_gpus=1), 1, "carol")
+    store.delete("pytorch", 1, "carol")
+    # a site's new profile arrives after the others; an edited or deleted one
+    # is never changed from the settings
+    changed = [{**SEED[0], "max_gpus": 2}, {**SEED[1], "max_gpus": 3}, {**SEED[0], "name": "new"}]
+    assert store.seed(changed) == ["new"]
+    assert [p.name for p in store.profiles()] == ["mxnet", "new"]
+    assert store.get("mxnet").max_gpus == 1 and store.get("new").revision == 1
+    assert store.seed(changed) == []
+
+
+def test_a_store_of_the_first_schema_is_migrated_and_its_profiles_span_one_node(tmp_path):
+    old = ProfileStore(default_url(tmp_path))
+    old.upgrade("0001")
+    with old.engine.begin() as db:
+        db.exec_driver_sql(
+            "insert into portal_profiles values ('old', 'Old', '', 'pytorch', 'gpu', 4, 8, 48, "
+            "8, 24, '[]', 1, 1, 0, '2026-01-01 00:00:00', 'site settings')"
+        )
+        db.exec_driver_sql(
+            "insert into portal_profile_changes (profile, revision, action, author, at, after) "
+            "values ('old', 1, 'seed', 'site settings', '2026-01-01 00:00:00', "
+            """'{"display_name": "Old", "max_gpus": 4}')"""
+        )
+    store = ProfileStore(default_url(tmp_path))
+    store.upgrade()
+    profile = store.get("old")
+    assert profile.max_nodes == 1
+    # the revision stored before max_nodes existed meant one node
+    assert store.revision("old", 1)["max_nodes"] == 1
+    assert store.history("old")[0]["changes"]["max_nodes"] == (None, 1)  # as it was seeded
+    store.update(dataclasses.replace(profile, max_nodes=2), 1, "carol")
+    assert store.get("old").max_nodes == 2
+    assert store.history("old")[0]["changes"]["max_nodes"] == (1, 2)
 
 
 def test_update_history_and_conflict(store):
@@ -67,6 +100,10 @@ def test_create_delete_recreate_goes_on_with_revisions(store):
 
 NODE = Node("n1", ("gpu",), 4, 0, 32, 0, 196608, 0, "idle")
 CLUSTER = {"gpu": Partition("gpu", (NODE,), "7-00:00:00")}
+SMALL = Node("n3", ("gpu",), 2, 0, 16, 0, 98304, 0, "idle")
+TWO_NODES = {
+    "gpu": Partition("gpu", (NODE, dataclasses.replace(NODE, name="n2"), SMALL), "UNLIMITED")
+}
 
 
 @pytest.mark.parametrize(
@@ -89,6 +126,26 @@ def test_check_profile(change, field):
         with pytest.raises(ProfileError) as e:
             check_profile(profile, CLUSTER)
         assert e.value.field == field
+
+
+@pytest.mark.parametrize(
+    "change, cluster, error",
+    [
+        ({"max_nodes": 2}, TWO_NODES, None),
+        ({"max_nodes": 3, "max_gpus": 2, "mem_per_gpu_gb": 48}, TWO_NODES, None),
+        # n3 holds 2 GPUs: two nodes only for a 4-GPU slice
+        ({"max_nodes": 3}, TWO_NODES, "max_nodes 3 is more than the 2 nodes of partition 'gpu'"),
+        ({"max_nodes": 2}, CLUSTER, "max_nodes 2 is more than the 1 node of partition 'gpu'"),
+    ],
+)
+def test_check_profile_max_nodes(change, cluster, error):
+    profile = profile_from_dict({**SEED[0], **change})
+    if error is None:
+        check_profile(profile, cluster)
+    else:
+        with pytest.raises(ProfileError, match=error) as e:
+            check_profile(profile, cluster)
+        assert e.value.field == "max_nodes"
 
 
 def test_check_profile_refuses_an_unknown_cluster():
@@ -115,11 +172,14 @@ def test_max_time_minutes(text, minutes):
 
 def test_resource_lines():
     lines = resource_lines(profile_from_dict({**SEED[0], "max_gpus": 2}))
-    assert lines[2] == (
-        "sbatch --nodes=1 --ntasks=1 --partition=gpu --gres=gpu:2 --cpus-per-task=16 "
-        "--mem=96G --time=8:00:00"
+    assert lines["2 GPUs"] == (
+        "sbatch --nodes=1 --ntasks-per-node=2 --partition=gpu --gres=gpu:2 --cpus-per-task=8 "
+        "--mem=96G --time=8:00:00 --no-requeue"
     )
-    assert set(lines) == {1, 2}
+    assert list(lines) == ["1 GPU", "2 GPUs"]
+    lines = resource_lines(profile_from_dict({**SEED[0], "max_gpus": 2, "max_nodes": 3}))
+    assert list(lines) == ["1 GPU", "2 GPUs", "3 nodes × 2 GPUs"]
+    assert lines["3 nodes × 2 GPUs"].startswith("sbatch --nodes=3 --ntasks-per-node=2 ")
 
 
 def test_form_to_dict_keeps_what_was_typed():

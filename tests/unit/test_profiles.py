@@ -14,6 +14,21 @@ def test_defaults_and_slice():
         p.make_slice(5)
 
 
+def test_a_profile_spans_one_node_unless_it_allows_more():
+    p = profile_from_dict(BASE)
+    assert p.max_nodes == 1 and p.to_dict()["max_nodes"] == 1
+    assert p.make_slice(2, None, "").nodes == 1  # the form's empty field: 1 node
+    with pytest.raises(SliceError, match="Nodes must be 1, not 2") as e:
+        p.make_slice(1, None, 2)
+    assert e.value.field == "nodes"
+    wide = profile_from_dict({**BASE, "max_nodes": 2})
+    s = wide.make_slice("1", None, "2")
+    assert (s.nodes, s.total_gpus, s.total_cores, s.total_mem_gb) == (2, 2, 16, 96)
+    with pytest.raises(SliceError, match="Nodes must be between 1 and 2, not 3"):
+        wide.make_slice(1, None, 3)
+    assert profile_from_dict(wide.to_dict()) == wide
+
+
 @pytest.mark.parametrize(
     "change, field",
     [
@@ -25,6 +40,10 @@ def test_defaults_and_slice():
         ({"max_gpus": 0}, "max_gpus"),
         ({"max_gpus": 99}, "max_gpus"),
         ({"max_gpus": "2"}, "max_gpus"),
+        ({"max_nodes": 0}, "max_nodes"),
+        ({"max_nodes": 65}, "max_nodes"),
+        ({"max_nodes": "2"}, "max_nodes"),
+        ({"max_nodes": True}, "max_nodes"),
         ({"mem_per_gpu_gb": 100000}, "mem_per_gpu_gb"),
         ({"default_hours": 30, "max_hours": 24}, "default_hours"),
         ({"groups": ["ok", "bad group"]}, "groups"),

@@ -1,6 +1,8 @@
 import shlex
 import subprocess
 
+import pytest
+
 from portal.core.script import render_batch_script
 
 
@@ -72,6 +74,23 @@ def test_session_environment_is_exported_and_log_opened(tmp_path):
     subprocess.run(["bash", "-c", head], env={"SLURM_JOB_ID": "42"}, check=True)
     assert (log_dir / "jupyter-42.log").read_text() == "token=it's $secret\n"
     assert oct(log_dir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_thread_pools_take_every_core_of_the_node(gpus):
+    """One task per GPU, each with its cores: Jupyter (on the first node) has
+    them all, not one task's share."""
+    script = render()
+    threads = "# Thread pools" + script.split("# Thread pools", 1)[1].split("\n\n", 1)[0]
+    env = {"SLURM_CPUS_PER_TASK": "8", "SLURM_CPUS_ON_NODE": str(8 * gpus)}
+    out = subprocess.run(
+        ["bash", "-ec", threads + '\necho "$OMP_NUM_THREADS $TF_NUM_INTRAOP_THREADS"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split() == [str(8 * gpus)] * 2
 
 
 def test_landing_copies_templates_without_overwriting(tmp_path):

@@ -27,6 +27,7 @@ class Runner:
         self.calls = []
         self.state = None  # None: not submitted; then PENDING, RUNNING, or gone
         self.script = None
+        self.nodes = "n1"  # squeue's %N once it runs
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
@@ -38,14 +39,14 @@ class Runner:
             return "4242"
         if command == "squeue":
             if self.state in ("PENDING", "RUNNING"):
-                node = "n1" if self.state == "RUNNING" else ""
+                node = self.nodes if self.state == "RUNNING" else ""
                 return f"4242|{ME}|{self.state}|{node}|None|N/A|N/A|gres:gpu:1|gpu"
             return ""
         if command == "scancel":
             self.state = "gone"
             return ""
         if command == "scontrol":
-            return "JobId=4242 GRES=gpu:1(IDX:2)"
+            return f"JobId=4242 NodeList={self.nodes}\n  Nodes={self.nodes} GRES=gpu:1(IDX:2)"
         if command == "sinfo":
             return "n1 gpu* gpu:4 gpu:1(IDX:2) 8/24/0/32 mix 196608 49152 1-00:00:00"
         if command == "sacct":
@@ -87,7 +88,8 @@ async def test_submit_start_poll_stop_and_state(runner):
     # submitted as the user, through sudo, the slice's options, the script on stdin
     sbatch = next(argv for argv in runner.calls if "--parsable" in argv)
     assert sbatch[:5] == ["sudo", "-n", "-u", ME, "--"]
-    assert "--gres=gpu:1" in sbatch and "--time=2:00:00" in sbatch and "--ntasks=1" in sbatch
+    assert "--gres=gpu:1" in sbatch and "--time=2:00:00" in sbatch and "--nodes=1" in sbatch
+    assert sbatch.count("--no-requeue") == 1
     assert "export JUPYTERHUB_API_TOKEN=t0k" in runner.script
     # the job runs, but start waits for the port report
     runner.state = "RUNNING"
@@ -95,15 +97,15 @@ async def test_submit_start_poll_stop_and_state(runner):
     assert not start.done()
     s.report_port(54321)
     assert await asyncio.wait_for(start, 5) == ("n1", 54321)
-    assert s.gpu_indices == "2"
+    assert s.gpu_indices == {"n1": "2"}
 
     # listed: running; the state survives a hub restart
     assert await s.poll() is None
     restored = spawner("unit-lifecycle")
     restored.load_state(s.get_state())
-    assert (restored.job_id, restored.gpu_indices) == ("4242", "2")
+    assert (restored.job_id, restored.gpu_indices) == ("4242", {"n1": "2"})
     assert restored.job_slice == s.job_slice and restored.profile == s.profile
-    assert restored.last_options == {"profile": "default", "gpus": 1, "hours": 2}
+    assert restored.last_options == {"profile": "default", "gpus": 1, "hours": 2, "nodes": 1}
 
     # stop: scancel as the user, then the shared poll no longer lists the job
     await asyncio.wait_for(s.stop(), 10)
@@ -144,3 +146,59 @@ def test_a_port_report_is_a_port_and_nothing_else(body, message):
 
 def test_a_port_report():
     assert reported_port(b'{"port": 8888}') == 8888
+
+
+async def test_a_node_the_hub_cannot_reach_ends_the_start_with_its_name(runner):
+    """A real connection attempt to TEST-NET-1 (192.0.2.1: never routed), not
+    a refused connection: the spawn ends after unreachable_timeout, naming
+    the node, its address and the port, rather than waiting http_timeout."""
+    s = spawner("unit-unreachable")
+    s.unreachable_timeout = 1.0
+    s.http_timeout = 60
+    s.job_id, s.ip, s.port = "4242", "192.0.2.1", 8888
+    runner.state = "RUNNING"
+    s.poller.poke()
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(RuntimeError) as error:
+        await s._wait_answering()
+    # failed early, not at http_timeout
+    assert asyncio.get_running_loop().time() - started < s.http_timeout / 2
+    message = str(error.value)
+    assert "cannot reach your session on node 192.0.2.1 (192.0.2.1, port 8888)" in message
+
+
+async def test_a_session_over_two_nodes_runs_jupyter_on_the_first_and_lists_both(runner):
+    s = spawner("unit-two-nodes")
+    s.default_profile = {"max_nodes": 2}
+    s.user_options = {"gpus": 1, "nodes": "2"}
+    s._wait_answering = no_answer_wait
+    runner.nodes = "n[1-2]"
+    start = asyncio.ensure_future(s.start())
+    while runner.state is None:
+        await asyncio.sleep(0.01)
+    sbatch = next(argv for argv in runner.calls if "--parsable" in argv)
+    assert "--nodes=2" in sbatch and "--ntasks-per-node=1" in sbatch and "--gres=gpu:1" in sbatch
+    runner.state = "RUNNING"
+    s.report_port(54321)
+    assert await asyncio.wait_for(start, 5) == ("n1", 54321)
+    info = s.session_info()
+    assert info["nodes"] == [{"name": "n1", "gpus": "2"}, {"name": "n2", "gpus": "2"}]
+    assert info["slice"].total_gpus == 2 and s.last_options["nodes"] == 2
+    await asyncio.wait_for(s.stop(), 10)
+
+
+async def test_a_state_of_an_older_hub_loads(runner):
+    """Before multi-node sessions: no nodes in the slice, GPU indices as one string."""
+    s = spawner("unit-old-state")
+    s.load_state(
+        {
+            "job_id": "4242",
+            "slice": {"gpus": 2, "cores": 16, "mem_gb": 96, "hours": 8, "partition": "gpu"},
+            "gpu_indices": "0-1",
+            "last_options": {"profile": "default", "gpus": 2, "hours": 8},
+        }
+    )
+    assert s.job_slice.nodes == 1 and s.job_slice.total_cores == 16
+    assert s.gpu_indices == {"": "0-1"}
+    s.ip = "vm"  # the job is not listed (yet): the card shows what the state has
+    assert s.session_info()["nodes"] == [{"name": "vm", "gpus": "0-1"}]
