@@ -3,14 +3,17 @@
 For each template folder (those sessions copy, ``PREFIX/notebook_templates``),
 one short Slurm job, submitted as a demo user exactly as a session is
 (``sudo -u USER sbatch``, one GPU's slice of ``[slurm]`` in the settings),
-runs papermill on a copy of the template in a scratch folder of that user's
-home, through the kernel the notebook names, with a short run's parameters
-(one epoch; a few small steps for the benchmark). The jobs run side by side,
-one at a time on the embedded one-machine cluster (whose few real cores they
-would share). As each ends, one line::
+runs papermill on a copy of the template's folder in a scratch folder of that
+user's home, through the kernel the notebook names, with a short run's
+parameters (one epoch; a few small steps for the benchmark). ``distributed``
+runs on two nodes, one GPU's slice and one rank on each (both ranks on one
+node, said so, where the partition has only one). The jobs run side by side,
+one at a time on the embedded cluster (whose nodes share this machine's few
+real cores). As each ends, one line::
 
     pytorch: test_accuracy=0.8712 images_per_sec=2094.3 device=cpu seconds=47.1
     benchmark: images_per_sec_fp32=8.1 images_per_sec_mixed=0.7 device=cpu seconds=30.2
+    distributed: test_accuracy=0.866 images_per_sec=5542.7 device=cpu seconds=38.4 ranks=2 nodes=2
 
 The exit status is 1 when any template failed; each failure says why and where
 its output notebook and job log are (those folders are kept; the others are
@@ -50,10 +53,13 @@ SLURM_TIMEOUT = 60  # seconds sbatch may take to answer
 # papermill parameters of a short run, by template folder.
 PARAMETERS = {"benchmark": {"steps": 2, "warmup_steps": 1, "batch_size": 4, "image_size": 64}}
 DEFAULT_PARAMETERS = {"epochs": 1}
+# Templates that train on several nodes, and on how many: one rank per GPU.
+MULTI_NODE = {"distributed": 2}
 # What the templates print (see notebook_templates/).
 TEST_ACCURACY = re.compile(r"^Test Accuracy ([0-9.]+)$", re.M)
 IMAGES_PER_SEC = re.compile(r"^images/sec: ([0-9.]+) on (.+)$", re.M)
 BENCHMARK = re.compile(r"^images/sec (fp32|mixed): ([0-9.]+) on (.+)$", re.M)
+PLACEMENT = re.compile(r"^Training on (\d+) ranks? across (\d+) nodes? ", re.M)
 
 
 @dataclass
@@ -65,9 +71,13 @@ class Run:
     folder: Path  # scratch folder in the user's home
     kernel: str
     parameters: dict
+    sbatch_args: list = field(default_factory=list)  # the job's resources
+    ranks: int = 0  # of a multi-node template: the ranks and nodes it must run on
+    nodes: int = 0
     job_id: str = ""
     figures: dict = field(default_factory=dict)
     seconds: float | None = None
+    placement: dict = field(default_factory=dict)  # the ranks and nodes it ran on
     error: str = ""
 
     @property
@@ -83,9 +93,11 @@ class Run:
         return self.folder / "exit-status"
 
     def line(self):
-        figures = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.figures.items())
-        seconds = f" seconds={self.seconds:.1f}" if self.seconds is not None else ""
-        return f"{self.name}: {figures}{seconds}"
+        words = [f"{k}={shlex.quote(str(v))}" for k, v in self.figures.items()]
+        if self.seconds is not None:
+            words.append(f"seconds={self.seconds:.1f}")
+        words += [f"{k}={v}" for k, v in self.placement.items()]
+        return f"{self.name}: {' '.join(words)}"
 
 
 def find_templates(templates_dir, only=()):
@@ -113,6 +125,15 @@ def default_templates(envs):
 
 def kernel_of(notebook):
     return json.loads(notebook.read_text())["metadata"]["kernelspec"]["name"]
+
+
+def partition_nodes(partition):
+    """How many nodes of ``partition`` take jobs (0 when sinfo fails)."""
+    try:
+        found = asyncio.run(slurm.partitions(SLURM_TIMEOUT)).get(partition)
+    except slurm.SlurmError:
+        return 0
+    return sum(node.available for node in found.nodes) if found else 0
 
 
 def job_script(run, papermill, jupyter_data):
@@ -155,22 +176,22 @@ def as_user(user, argv, **kwargs):
 
 
 def prepare(run, user):
-    """The scratch folder, with a copy of the template, both made by the user:
-    root never writes in a folder the user controls (a link planted there
-    would have root overwrite any file)."""
+    """The scratch folder, with a copy of the template's folder (the notebook
+    and the files it uses), both made by the user: root never writes in a
+    folder the user controls (a link planted there would have root overwrite
+    any file)."""
     as_user(user, ["mkdir", "-p", str(run.folder)], check=True)
-    copy = run.folder / run.notebook.name
-    as_user(user, ["cp", "--", str(run.notebook), str(copy)], check=True)
+    as_user(user, ["cp", "-r", "--", f"{run.notebook.parent}/.", str(run.folder)], check=True)
 
 
-def submit(run, user, sbatch_args, script):
+def submit(run, user, script):
     """Submit the run's job as the user (sudo resets the environment: HOME,
     USER, SHELL and PATH are the user's)."""
     options = [
         f"--job-name={JOB_NAME}",
         f"--chdir={run.folder}",
         f"--output={run.log}",
-        *sbatch_args,
+        *run.sbatch_args,
     ]
     try:
         run.job_id = asyncio.run(slurm.submit(user, script, options, SLURM_TIMEOUT))
@@ -241,6 +262,10 @@ def collect(run, min_accuracy):
             run.figures["images_per_sec"] = float(speed[-1][0])
             run.figures["device"] = speed[-1][1].strip()
         wanted = ["test_accuracy", "images_per_sec"]
+    if run.ranks:
+        placement = PLACEMENT.findall(text)
+        if placement:
+            run.placement = {"ranks": int(placement[-1][0]), "nodes": int(placement[-1][1])}
     status = run.exit_file.read_text().strip() if run.exit_file.exists() else None
     if cell_error:
         run.error = f"the notebook failed: {cell_error}"
@@ -252,6 +277,9 @@ def collect(run, min_accuracy):
         run.error = f"the notebook printed no {', '.join(missing)}"
     elif run.figures.get("test_accuracy", 1.0) < min_accuracy:
         run.error = f"test accuracy {run.figures['test_accuracy']} is below {min_accuracy}"
+    elif run.ranks and run.placement != {"ranks": run.ranks, "nodes": run.nodes}:
+        ran = run.placement or "no ranks"
+        run.error = f"it ran on {ran}, not on {run.ranks} ranks across {run.nodes} nodes"
 
 
 def parse_args(argv):
@@ -334,17 +362,26 @@ def main(argv=None):
         raise SystemExit(
             f"smoke: {args.user} is not a Unix user here; see `make accounts`"
         ) from None
-    job_slice = make_slice(
-        args.gpus,
-        1,
-        partition=slurm["partition"],
-        max_gpus=args.gpus,
-        cores_per_gpu=slurm["cores_per_gpu"],
-        mem_per_gpu_gb=slurm["mem_per_gpu_gb"],
-        max_hours=1,
-    )
-    sbatch_args = [a for a in job_slice.sbatch_args() if not a.startswith("--time=")]
-    sbatch_args.append(f"--time={TIME_LIMIT_MINUTES}")
+
+    def gpu_slice(gpus, nodes=1):
+        """``gpus`` GPUs on each of ``nodes`` nodes, as a session's."""
+        return make_slice(
+            gpus,
+            1,
+            partition=slurm["partition"],
+            max_gpus=gpus,
+            cores_per_gpu=slurm["cores_per_gpu"],
+            mem_per_gpu_gb=slurm["mem_per_gpu_gb"],
+            max_hours=1,
+            nodes=nodes,
+            max_nodes=nodes,
+        )
+
+    def sbatch_args(job_slice):
+        options = [o for o in job_slice.sbatch_args() if not o.startswith("--time=")]
+        return [*options, f"--time={TIME_LIMIT_MINUTES}"]
+
+    job_slice = gpu_slice(args.gpus)
     papermill = str(Path(envs["jupyter"], "bin", "papermill"))
     jupyter_data = str(Path(envs["jupyter"], "share", "jupyter"))
     templates = Path(args.templates or default_templates(envs))
@@ -357,6 +394,7 @@ def main(argv=None):
             out / name,
             kernel_of(notebook),
             PARAMETERS.get(name, DEFAULT_PARAMETERS),
+            sbatch_args(job_slice),
         )
         for name, notebook in find_templates(templates, args.only).items()
     ]
@@ -368,6 +406,28 @@ def main(argv=None):
         f"{TIME_LIMIT_MINUTES} min on partition {job_slice.partition}",
         flush=True,
     )
+    for run in runs:
+        if run.name not in MULTI_NODE:
+            continue
+        # one rank per GPU (a task of the job), on each node; all on one if it must
+        nodes = MULTI_NODE[run.name]
+        available = partition_nodes(job_slice.partition)
+        if available >= nodes:
+            multi = gpu_slice(args.gpus, nodes)
+        else:
+            print(
+                f"smoke: {run.name}: partition {job_slice.partition} has {available} "
+                f"node(s) that take jobs, not {nodes}: its ranks share one node",
+                flush=True,
+            )
+            multi = gpu_slice(args.gpus * nodes)
+        run.ranks, run.nodes = multi.total_gpus, multi.nodes
+        run.sbatch_args = sbatch_args(multi)
+        print(
+            f"smoke: {run.name} runs {run.ranks} ranks, one per GPU, on {run.nodes} node(s), "
+            f"each {multi.gpus} GPU(s), {multi.cores} cores, {multi.mem_gb} GB",
+            flush=True,
+        )
 
     def submit_one(run):
         try:
@@ -375,7 +435,7 @@ def main(argv=None):
         except (OSError, subprocess.CalledProcessError) as e:
             run.error = f"cannot make the scratch folder {run.folder}: {e}"
             return
-        submit(run, args.user, sbatch_args, job_script(run, papermill, jupyter_data))
+        submit(run, args.user, job_script(run, papermill, jupyter_data))
         if run.job_id:
             print(f"smoke: {run.name} is job {run.job_id}", flush=True)
 

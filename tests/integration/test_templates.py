@@ -1,9 +1,10 @@
 """The notebook templates, run as a site admin's `make smoke` runs them: one
 Slurm job per template, submitted as alice, in which papermill executes a copy
 through the template's own kernel (epochs=1; a few tiny steps for the
-benchmark). On the one-machine cluster the jobs run one after the other (its
-Slurm hands out more cores than the machine has), and its GPUs are not real,
-so everything trains on the CPU."""
+benchmark); `distributed` is one job over two nodes, whose notebook trains
+with one rank on each through `srun`. On the embedded cluster the jobs run one
+after the other (its Slurm hands out more cores than the machine has), and its
+GPUs are not real, so everything trains on the CPU."""
 
 import json
 import os
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.slow
 SMOKE = REPO / "deploy" / "smoke.py"
 USER = "alice"
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
+TEMPLATES = [*FRAMEWORKS, "benchmark", "distributed"]
+PARTITION = "gpu"
 TAGS = {"train/loss", "train/accuracy", "train/images_per_sec", "test/accuracy"}
 EVENTS_PYTHON = "/opt/portal/envs/pytorch/bin/python"
 # Prints {tag: last value} of the scalars in an event folder, written either
@@ -99,11 +102,27 @@ def smoke(cluster):
             "--out", str(out_dir), "--keep",
         )  # fmt: skip
         jobs = submitted_jobs(out)
-        assert len(jobs) == 4, out + err
+        assert len(jobs) == len(TEMPLATES), out + err
         assert not still_queued(jobs), "smoke jobs outlived the smoke run"
         yield {"rc": rc, "out": out, "err": err, "dir": out_dir, "results": result_lines(out)}
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def partition_nodes():
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sorted(set(out.split()))
+
+
+def last_scalars(run_dir):
+    """``{tag: last value}`` of the TensorBoard scalars in ``run_dir``."""
+    read = subprocess.run(
+        [EVENTS_PYTHON, "-c", READ_EVENTS, str(run_dir)], capture_output=True, text=True, check=True
+    )
+    return json.loads(read.stdout.splitlines()[-1])
 
 
 def stdout_of(notebook_path):
@@ -127,8 +146,8 @@ def has_image(notebook):
 
 def test_every_template_passes_as_a_job_of_the_demo_user(smoke):
     assert smoke["rc"] == 0, f"{smoke['out']}\n{smoke['err']}"
-    assert set(smoke["results"]) == {*FRAMEWORKS, "benchmark"}, smoke["out"]
-    for name in [*FRAMEWORKS, "benchmark"]:
+    assert set(smoke["results"]) == set(TEMPLATES), smoke["out"]
+    for name in TEMPLATES:
         folder = smoke["dir"] / name
         # made by alice's job: the output is hers, and the job had a GPU slice
         assert folder.joinpath("output.ipynb").stat().st_uid == pwd.getpwnam(USER).pw_uid
@@ -159,10 +178,7 @@ def test_framework_template_trains_logs_and_plots(smoke, framework):
 
     runs = list((folder / "logs" / framework).iterdir())
     assert len(runs) == 1 and re.fullmatch(r"\d{8}-\d{6}", runs[0].name), runs
-    read = subprocess.run(
-        [EVENTS_PYTHON, "-c", READ_EVENTS, str(runs[0])], capture_output=True, text=True, check=True
-    )
-    scalars = json.loads(read.stdout.splitlines()[-1])
+    scalars = last_scalars(runs[0])
     assert TAGS <= set(scalars), f"TensorBoard reads {sorted(scalars)} in {runs[0]}"
     assert scalars["test/accuracy"] == pytest.approx(float(result["test_accuracy"]), abs=1e-4)
     assert scalars["train/images_per_sec"] > 0
@@ -181,6 +197,56 @@ def test_benchmark_reports_fp32_and_mixed_throughput(smoke):
     assert re.search(r"^images/sec fp32: \d+\.\d on cpu$", text, re.M), text
     assert re.search(r"^images/sec mixed: \d+\.\d on cpu$", text, re.M), text
     assert "ResNet-50: 25,557,032 parameters" in text  # torchvision's resnet50, layer for layer
+
+
+def test_distributed_template_trains_one_rank_on_each_of_two_nodes(smoke):
+    nodes = partition_nodes()
+    if len(nodes) < 2:
+        pytest.skip(
+            f"partition {PARTITION} has {len(nodes)} node(s) ({', '.join(nodes)}): the "
+            "2-node run needs the embedded cluster's compute nodes ([cluster] nodes >= 2)"
+        )
+    result = smoke["results"].get("distributed")
+    assert result, f"no result line for distributed:\n{smoke['out']}\n{smoke['err']}"
+    assert (result["ranks"], result["nodes"]) == ("2", "2"), smoke["out"]
+    assert float(result["test_accuracy"]) >= 0.80
+    assert float(result["images_per_sec"]) > 0
+    assert result["device"] == "cpu"
+    assert float(result["seconds"]) < 180
+
+    folder = smoke["dir"] / "distributed"
+    notebook, text = stdout_of(folder / "output.ipynb")
+    assert notebook["metadata"]["kernelspec"]["name"] == "pytorch"
+    # rank 0 names the node of every rank: two, and both of the partition's
+    placement = re.search(
+        r"^Training on 2 ranks across 2 nodes \((\S+), (\S+)\) with gloo", text, re.M
+    )
+    assert placement, text
+    assert len(set(placement.groups())) == 2 and set(placement.groups()) <= set(nodes), text
+    # 60,000 images, 64 per step on each of 2 ranks: 468 steps, a line every 100
+    steps = re.findall(r"^Epoch 1 Global Step (\d+), Training Accuracy 0\.\d+$", text, re.M)
+    assert steps == ["100", "200", "300", "400"], text
+    accuracies = re.findall(r"^Test Accuracy (0\.\d+)$", text, re.M)
+    assert [float(a) for a in accuracies] == [float(result["test_accuracy"])], text
+    per_rank = float(re.search(r"^images/sec per rank: (\d+\.\d)$", text, re.M)[1])
+    assert per_rank * 2 == pytest.approx(float(result["images_per_sec"]), abs=0.2)
+    assert has_image(notebook), "the notebook plotted no test images with the trained model"
+
+    # the training was one srun step of the job: 2 tasks over both its nodes
+    job = re.search(
+        r"^portal-smoke: job (\d+) on ", next(folder.glob("job-*.log")).read_text(), re.M
+    )[1]
+    sacct = subprocess.run(
+        ["sacct", "-j", f"{job}.0", "-n", "-P", "-o", "NNodes,NTasks,NodeList"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert sacct and sacct[0].split("|")[:2] == ["2", "2"], sacct
+
+    [run_dir] = (folder / "logs" / "distributed").iterdir()
+    assert (run_dir / "model.pt").stat().st_size > 0
+    scalars = last_scalars(run_dir)
+    assert TAGS <= set(scalars), f"TensorBoard reads {sorted(scalars)} in {run_dir}"
+    assert scalars["test/accuracy"] == pytest.approx(float(result["test_accuracy"]), abs=1e-4)
 
 
 def test_a_failing_template_fails_the_smoke_and_says_where_to_look(cluster):
