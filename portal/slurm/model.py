@@ -10,7 +10,9 @@ RUNNING_STATES = {"RUNNING", "CONFIGURING", "STOPPED", "SUSPENDED"}
 # Cancelled, timed out or failed, its processes being killed: the server is going
 ENDING_STATES = {"COMPLETING"}
 PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
-UNAVAILABLE_NODE = re.compile(r"down|drain|drng|fail|maint|unk|not_responding|inval|futr|power", re.I)
+UNAVAILABLE_NODE = re.compile(
+    r"down|drain|drng|fail|maint|unk|not_responding|inval|futr|power", re.I
+)
 
 
 # How a job's end reads for its user, by sacct's state.
