@@ -4,7 +4,7 @@ In the session: the template's code cells, run one by one in a ``pytorch``
 kernel that the session's Jupyter server starts (its REST API and kernel
 websocket, through the hub's proxy), as a user's *Run All* does. Plainly: the
 same cells as one script, run by the same user with the same environment's
-Python and the session's thread settings (``SLURM_CPUS_PER_TASK``,
+Python and the session's thread settings (``SLURM_CPUS_ON_NODE``,
 ``OMP_NUM_THREADS``...), outside Slurm and Jupyter. Both print the template's
 ``images/sec: N on DEVICE``.
 
@@ -138,7 +138,7 @@ def plainly(user, code_cells, threads, timeout=600):
         ["sudo", "-u", user, "tee", path], input=script, text=True, check=True, capture_output=True
     )
     env = {
-        "SLURM_CPUS_PER_TASK": str(threads),
+        "SLURM_CPUS_ON_NODE": str(threads),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "OPENBLAS_NUM_THREADS": str(threads),

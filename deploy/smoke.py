@@ -155,7 +155,7 @@ def job_script(run, papermill, jupyter_data):
             "#!/bin/bash",
             f"# Smoke test of the notebook template {run.name!r} (deploy/smoke.py).",
             'echo "portal-smoke: job $SLURM_JOB_ID on $(hostname), '
-            'GPUs ${CUDA_VISIBLE_DEVICES:-none}, ${SLURM_CPUS_PER_TASK:-?} cores"',
+            'GPUs ${CUDA_VISIBLE_DEVICES:-none}, ${SLURM_CPUS_ON_NODE:-?} cores"',
             # the site's kernels, not a same-named one in the user's ~/.local
             f"export JUPYTER_PATH={shlex.quote(jupyter_data)} PYTHONNOUSERSITE=1",
             # a job that Slurm requeues (a node failure) starts afresh

@@ -13,7 +13,12 @@ import pytest
 
 from tests.support.hubclient import HubClient, Portal
 from tests.support.hubsettings import CA_CERT, fresh_state, write_settings
-from tests.support.jobs import cancel_jobs_of, cancel_test_jobs
+from tests.support.jobs import (
+    cancel_jobs_of,
+    cancel_test_jobs,
+    occupy_all_nodes_but_one,
+    release_nodes,
+)
 from tests.support.loadusers import ensure_users, remove_users
 from tests.support.testhub import PORT, SETTINGS_FILE, STATE, TEST_SETTINGS, deploy
 
@@ -136,3 +141,11 @@ def session(login):
             client.wait_stopped(name)
         finally:
             cancel_jobs_of([name], timeout=30)
+
+
+@pytest.fixture
+def one_free_node(cluster):
+    """Every compute node but one is full (root's jobs hold their GPUs):
+    ``(node, total_gpus)``, for tests of what a full cluster shows."""
+    yield occupy_all_nodes_but_one()
+    release_nodes()

@@ -5,7 +5,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.support.jobs import user_jobs
+from tests.support.jobs import scontrol_job, user_jobs
 
 
 def test_session_card_stop_and_relaunch(page, browser_login, hub, shot):
@@ -21,7 +21,8 @@ def test_session_card_stop_and_relaunch(page, browser_login, hub, shot):
     page.goto(hub + "/hub/home")
     card = page.locator("#session-card")
     expect(card).to_contain_text(f"{job_id} (running)")
-    expect(page.locator("#session-node")).to_have_text("vm")
+    node = scontrol_job(job_id)["BatchHost"]  # a compute node, never the login node
+    expect(page.locator("#session-node")).to_have_text(node)
     expect(page.locator("#session-gpus")).to_have_text(re.compile(r"^2 \(GPU [\d,-]+\)$"))
     expect(page.locator("#session-cores")).to_have_text("16")
     expect(page.locator("#session-mem")).to_have_text("96 GB")

@@ -2,6 +2,7 @@
 account sees it: what can alice read, reach or change of the hub, its proxy
 and their secrets? Against the real test hub, Slurm, slapd and sudo."""
 
+import glob
 import json
 import os
 import pwd
@@ -125,9 +126,14 @@ def test_a_user_sees_no_hub_secret_in_her_processes_during_a_spawn_and_a_stop(lo
 
 
 def listening_sockets(uid):
-    """The local addresses of the TCP sockets listening as ``uid``."""
-    out = subprocess.run(["ss", "-Hltne"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[3] for line in out.splitlines() if f"uid:{uid} " in line + " "]
+    """The local addresses of the TCP sockets listening as ``uid``, on this
+    host and in every compute node's network namespace."""
+    nodes = [[]] + [["nsenter", f"--net={ns}"] for ns in glob.glob("/var/run/netns/n*")]
+    found = []
+    for enter in nodes:
+        out = subprocess.run([*enter, "ss", "-Hltne"], capture_output=True, text=True).stdout
+        found += [line.split()[3] for line in out.splitlines() if f"uid:{uid} " in line + " "]
+    return found
 
 
 @pytest.mark.parametrize("name", ["openldap", "munge", "eve"])

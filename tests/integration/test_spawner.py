@@ -107,8 +107,11 @@ def read_progress(client, name, until, timeout=30):
     raise AssertionError(f"no progress message matching {until!r}: {messages}")
 
 
-def test_requests_beyond_free_gpus_queue_with_reason_and_expected_start(session, login):
-    session("carol", profile="pytorch", gpus=4)
+def test_requests_beyond_free_gpus_queue_with_reason_and_expected_start(
+    session, login, one_free_node
+):
+    _node, total = one_free_node
+    session("carol", profile="pytorch", gpus=4)  # the last node is full
     alice = session("alice", wait=False, profile="pytorch", gpus=1)
     messages = read_progress(alice, "alice", r"queued: Resources; expected start")
     assert any("Submitted Slurm job" in m for m in messages) or "queued" in messages[-1]
@@ -118,15 +121,15 @@ def test_requests_beyond_free_gpus_queue_with_reason_and_expected_start(session,
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         page = login("bob").session.get(login("bob").url("/hub/spawn")).text
-        if "0 of 4" in page and '"expected": {"1":' in page:
+        if f"0 of {total}" in page and '"expected": {"1":' in page:
             break
         time.sleep(1)
-    assert "0 of 4" in page
+    assert f"0 of {total}" in page
     assert '"expected": {"1":' in page
 
 
 def test_a_profile_with_its_own_slice_is_shown_its_own_expected_start(
-    session, login, portal, restore_profiles
+    session, login, portal, restore_profiles, one_free_node
 ):
     """Expected starts are asked of Slurm per profile slice, with the options
     of the real submission: a 16-cores-per-GPU profile gets its own."""
@@ -139,7 +142,7 @@ def test_a_profile_with_its_own_slice_is_shown_its_own_expected_start(
         },
     )  # fmt: skip
     assert r.status_code == 201, r.text
-    session("carol", profile="pytorch", gpus=4)  # the node is full
+    session("carol", profile="pytorch", gpus=4)  # the last node is full
     alice = login("alice")
     deadline = time.monotonic() + 20
     while True:
@@ -196,8 +199,8 @@ def test_port_callback_accepts_only_the_port(session, hub):
     )
 
 
-def test_a_job_cancelled_while_queued_ends_the_spawn_at_once(session):
-    session("carol", profile="pytorch", gpus=4)
+def test_a_job_cancelled_while_queued_ends_the_spawn_at_once(session, one_free_node):
+    session("carol", profile="pytorch", gpus=4)  # the last node is full
     alice = session("alice", wait=False, profile="pytorch", gpus=1)
     deadline = time.monotonic() + 20
     while not user_jobs("alice") and time.monotonic() < deadline:

@@ -238,7 +238,9 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     ).json()
     env = kernel_environ(kernel["id"])
     alice.session.delete(alice.url(f"{base}api/kernels/{kernel['id']}"), headers=headers)
-    assert env.get("PORTAL_TENSORBOARD_API") == f"http://127.0.0.1:{env_port(env)}{base}" + (
+    # the session's own address, on its compute node
+    server = re.match(r"http://([\d.]+):(\d+)/", env["JUPYTERHUB_SERVICE_URL"])
+    assert env.get("PORTAL_TENSORBOARD_API") == f"http://{server[1]}:{env_port(env)}{base}" + (
         "portal/api/tensorboards"
     )
     shown = run_readme_snippet(env, 'print(tensorboard("logs").data)\ntensorboard("/etc")')

@@ -44,3 +44,33 @@ def cancel_jobs_of(users, timeout=60):
 def cancel_test_jobs():
     """scancel every job of the test hub (without waiting)."""
     subprocess.run(["scancel", "--name", JOB_NAME], check=False)
+
+
+FILLER = f"{JOB_NAME}-filler"
+
+
+def occupy_all_nodes_but_one():
+    """Take every GPU of every compute node but the first with a job of root's
+    (outside the portal, as another team's work would), so a test of a full
+    node sees a full cluster. Returns ``(free_node, total_gpus)``; cancel with
+    ``release_nodes()``."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True, check=True
+    ).stdout
+    rows = (line.split() for line in out.splitlines())
+    nodes = [(name, int(gres.split(":")[-1])) for name, gres in rows]
+    for name, gpus in nodes[1:]:
+        subprocess.run(
+            ["sbatch", "-J", FILLER, "-w", name, f"--gres=gpu:{gpus}", "-t", "30",
+             "-o", "/dev/null", "--wrap", "sleep 1800"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while squeue("-n", FILLER, "-t", "PENDING,CONFIGURING", "-o", "%i"):
+        assert time.monotonic() < deadline, "the filler jobs did not start"
+        time.sleep(0.2)
+    return nodes[0][0], sum(gpus for _, gpus in nodes)
+
+
+def release_nodes():
+    subprocess.run(["scancel", "--name", FILLER], check=False)
