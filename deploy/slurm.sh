@@ -227,7 +227,8 @@ in_node() { local node=$1; shift; nsenter --net="/var/run/netns/$node" "$@"; }
 # The bridge, each node's namespace and veth pair, and the /etc/hosts block.
 # Idempotent: what exists is kept.
 net_up() {
-    [ "$NODES" -gt 0 ] || { hosts_block ""; return 0; }
+    # a single host: what an earlier start with compute nodes made goes
+    [ "$NODES" -gt 0 ] || { net_down; return 0; }
     local node addr block=""
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
         log "creating bridge $BRIDGE ($HOST_ADDR/24)"

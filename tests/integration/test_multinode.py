@@ -124,6 +124,8 @@ def test_the_admin_api_keeps_max_nodes_within_the_partition(portal, restore_prof
         assert r.status_code == 400 and r.json()["field"] == "max_nodes", (bad, r.text)
     assert carol.profile("distributed")["revision"] == current["revision"]
     # the check's sbatch lines show the largest session over the nodes
+    if len(partition_nodes()) < 2:
+        return  # a single-node cluster refuses max_nodes 2 itself: the lines below need two
     verdict = carol.send("POST", "api/check", json=current).json()
     assert verdict["error"] is None, verdict
     assert verdict["lines"]["2 nodes × 4 GPUs"].startswith(
