@@ -208,6 +208,10 @@ start_munge() {
 make_gpu_devices() {
     local i dev node
     rm -f "$GPU_DEV"[0-9]* # the single-host layout of earlier versions
+    for dev in "$GPU_DEV"/*; do  # nodes no longer configured
+        [ -e "$dev" ] || continue
+        [[ " ${NODE_NAMES[*]} " == *" ${dev##*/} "* ]] || rm -rf "$dev"
+    done
     for node in "${NODE_NAMES[@]}"; do
         install -d -m 0755 "$GPU_DEV/$node"
         for ((i = 0; i < GPUS; i++)); do
@@ -865,6 +869,7 @@ cmd_start() {
 cmd_stop() {
     stop_slurm_daemons
     net_down
+    rm -rf "$GPU_DEV"
     stop_pidfile "$DBD_PID" slurmdbd
     stop_slow "$MYSQL_PID" mariadbd 60
     stop_pidfile "$MUNGE_PID" munged
