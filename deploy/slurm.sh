@@ -829,6 +829,10 @@ all_up() {
 
 # ---------------------------------------------------------------- commands
 
+# slurmdbd knows gres/gpu (slurmctld registers AccountingStorageTRES at its
+# first start with a new database; a QOS naming it is refused before that).
+gpu_tres_known() { sacctmgr_list tres format=type,name | grep -qx 'gres|gpu'; }
+
 # The QOS's limits and the account's users. A group that does not resolve
 # leaves the users as they were, and Slurm up.
 ensure_limits() {
@@ -852,8 +856,10 @@ cmd_start() {
     start_mariadb
     start_slurmdbd
     register_cluster
-    # Before slurmctld (re)starts enforcing them.
-    ensure_limits
+    # Before slurmctld (re)starts enforcing them; on a new database, once
+    # slurmctld has registered the gres/gpu TRES that the QOS limits name.
+    local limits=0
+    if gpu_tres_known; then ensure_limits; limits=1; fi
     if [ "$SLURM_CHANGED" = 1 ]; then
         # Node and gres definitions need restarts, not `scontrol reconfigure`.
         log "configuration changed, restarting slurmctld and every slurmd"
@@ -861,6 +867,10 @@ cmd_start() {
         net_prune
     fi
     start_slurm_daemons
+    if [ "$limits" = 0 ]; then
+        wait_for 30 "slurmctld registering the gres/gpu TRES with slurmdbd" gpu_tres_known
+        ensure_limits
+    fi
     check_gres
     log "up: login node $LOGIN, compute nodes:"
     sinfo -h -N -O 'NodeList:8,StateLong:12,Gres:20,CPUsState:16,Memory:10' | sed 's/^/    /' >&2
