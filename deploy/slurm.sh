@@ -72,6 +72,8 @@ LOG_DIR=/var/log/slurm
 MUNGE_KEY=/etc/munge/munge.key
 MUNGE_PID=/run/munge/munged.pid
 GPU_DEV=/dev/portal-gpu       # fake GPU character devices: $GPU_DEV/NODE/gpu0, 1, ...
+NETNS_MARKS=/run/portal/netns   # one file per namespace this script made
+BRIDGE_ALIAS=portal-embedded     # the bridge's alias: only ours is ever deleted
 HOSTS_BEGIN="# BEGIN portal embedded cluster (deploy/slurm.sh)"
 HOSTS_END="# END portal embedded cluster"
 MARKER="# Written by deploy/slurm.sh of the Data Scientist Portal."
@@ -214,6 +216,11 @@ make_gpu_devices() {
     done
     for node in "${NODE_NAMES[@]}"; do
         install -d -m 0755 "$GPU_DEV/$node"
+        for dev in "$GPU_DEV/$node"/gpu*; do  # beyond [cluster] node_gpus now
+            [ -e "$dev" ] || continue
+            i=${dev##*/gpu}
+            [[ $i =~ ^[0-9]+$ ]] && [ "$i" -lt "$GPUS" ] || rm -f "$dev"
+        done
         for ((i = 0; i < GPUS; i++)); do
             dev=$GPU_DEV/$node/gpu$i
             if [ ! -c "$dev" ] || [ "$(stat -c '%t:%T' "$dev")" != "c3:$(printf '%x' "$i")" ]; then
@@ -237,12 +244,20 @@ net_up() {
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
         log "creating bridge $BRIDGE ($HOST_ADDR/24)"
         ip link add "$BRIDGE" type bridge
+        ip link set "$BRIDGE" alias "$BRIDGE_ALIAS"
     fi
+    our_bridge || die "[cluster] bridge = '$BRIDGE' is an existing link this script did not make; name another"
     ip addr replace "$HOST_ADDR/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     for node in "${NODE_NAMES[@]}"; do
         addr=$(node_addr "$node")
-        [ -e "/var/run/netns/$node" ] || { log "creating network namespace $node ($addr)"; ip netns add "$node"; }
+        if [ ! -e "/var/run/netns/$node" ]; then
+            log "creating network namespace $node ($addr)"
+            ip netns add "$node"
+            install -d -m 0755 "$NETNS_MARKS"
+            touch "$NETNS_MARKS/$node"
+        fi
+        [ -e "$NETNS_MARKS/$node" ] || die "network namespace $node exists and was not made by this script"
         if ! in_node "$node" ip link show eth0 >/dev/null 2>&1; then
             ip link del "p$node" 2>/dev/null || true
             ip link add "p$node" type veth peer name eth0 netns "$node"
@@ -259,20 +274,35 @@ net_up() {
 # hosts_block LINES: /etc/hosts with our marked block holding LINES (none:
 # no block). Rewritten in place (it may be a bind mount), only when it differs.
 hosts_block() {
-    local lines=$1 current new
+    local lines=$1 current new begins ends tmp
     current=$(cat /etc/hosts)
+    # exactly one BEGIN before one END, or none of either: anything else was
+    # edited by hand, and a rewrite could drop the lines after it
+    begins=$(grep -cxF "$HOSTS_BEGIN" /etc/hosts || true)
+    ends=$(grep -cxF "$HOSTS_END" /etc/hosts || true)
+    if [ "$begins$ends" != 00 ] && { [ "$begins$ends" != 11 ] ||
+        [ "$(grep -nxF "$HOSTS_BEGIN" /etc/hosts | cut -d: -f1)" -gt "$(grep -nxF "$HOSTS_END" /etc/hosts | cut -d: -f1)" ]; }; then
+        die "/etc/hosts: the lines between '$HOSTS_BEGIN' and '$HOSTS_END' were edited; put them back as one block (or remove both) and start again"
+    fi
     new=$(awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b { skip = 1 } !skip { print } $0 == e { skip = 0 }' /etc/hosts)
     [ -z "$lines" ] || new+=$'\n'"$HOSTS_BEGIN"$'\n'"${lines%$'\n'}"$'\n'"$HOSTS_END"
     [ "$new" != "$current" ] || return 0
-    printf '%s\n' "$new" >/etc/hosts
+    # written whole, then copied over in place (it may be a bind mount)
+    tmp=$(mktemp /etc/.hosts.portal.XXXXXX)
+    printf '%s\n' "$new" >"$tmp"
+    cat "$tmp" >/etc/hosts
+    rm -f "$tmp"
     log "updated the node names in /etc/hosts"
 }
+
+# The bridge is the one this script made (its alias says so).
+our_bridge() { ip -d link show "$BRIDGE" 2>/dev/null | grep -q "alias $BRIDGE_ALIAS"; }
 
 # Our namespaces (n1, n2, ...: configured now or earlier), their processes
 # first (a job's steps outlive a stopped slurmd), the veths and the bridge.
 net_down() {
     remove_namespaces
-    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    if our_bridge; then
         ip link del "$BRIDGE"
         log "removed bridge $BRIDGE"
     fi
@@ -282,13 +312,18 @@ net_down() {
 # The namespaces of nodes no longer configured ([cluster] nodes went down).
 net_prune() { remove_namespaces "${NODE_NAMES[@]}"; }
 
-# remove_namespaces [KEEP...]: remove each namespace nN but those named.
+# remove_namespaces [KEEP...]: remove each namespace this script made but
+# those named.
 remove_namespaces() {
-    local node pids
+    local node pids mark
     local -A keep=()
     for node in "$@"; do keep[$node]=1; done
-    for node in $(ip netns list 2>/dev/null | awk '$1 ~ /^n[0-9]+$/ { print $1 }'); do
+    for mark in "$NETNS_MARKS"/*; do
+        [ -e "$mark" ] || continue
+        node=${mark##*/}
         [ -z "${keep[$node]:-}" ] || continue
+        rm -f "$mark"
+        [ -e "/var/run/netns/$node" ] || continue
         pids=$(ip netns pids "$node" 2>/dev/null || true)
         # shellcheck disable=SC2086
         [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
@@ -296,6 +331,11 @@ remove_namespaces() {
         ip link del "p$node" 2>/dev/null || true
         log "removed node $node's network namespace"
     done
+}
+
+# This host as the nodes reach it (localhost there is the node's own loopback).
+login_addr() {
+    if [ "$NODES" -gt 0 ]; then echo "$HOST_ADDR"; else echo localhost; fi
 }
 
 # slurmctld on this host: reached by the nodes at the bridge's address.
@@ -369,7 +409,7 @@ GresTypes=gpu
 # (the QOS "$QOS": GPUs per user, wall time per job) hold.
 AccountingStorageEnforce=associations,limits,qos,safe
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=$(login_addr)
 AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
@@ -840,7 +880,23 @@ ensure_limits() {
     sync_users || log "warning: associations not synchronised; run $0 sync-users once the groups resolve"
 }
 
+# check_cluster: the [cluster] settings that name the nodes' network, before
+# any of them reaches ip(8): refused with what to set.
+check_cluster() {
+    [[ $NODES =~ ^[0-9]+$ ]] && [ "$NODES" -le 253 ] ||
+        die "[cluster] nodes = $NODES: use 0 to 253"
+    [ "$NODES" -gt 0 ] || return 0
+    local re='^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$' part
+    [[ $NETWORK =~ $re ]] || die "[cluster] network = '$NETWORK': use the first three numbers of a /24, such as \"10.200.0\""
+    for part in "${BASH_REMATCH[@]:1}"; do
+        [ "$((10#$part))" -le 255 ] || die "[cluster] network = '$NETWORK': $part is not 0 to 255"
+    done
+    [[ $BRIDGE =~ ^[a-z][a-z0-9_-]{0,14}$ ]] ||
+        die "[cluster] bridge = '$BRIDGE': use a link name of up to 15 letters, digits, _ or -"
+}
+
 cmd_start() {
+    check_cluster
     check_limits
     make_gpu_devices
     net_up

@@ -264,6 +264,7 @@ class SlurmPoller:
             return True
         except slurm.SlurmError as e:
             self.cluster_error = str(e)
+            self._sinfo_started = started  # no second try for every page meanwhile
             log.warning("sinfo failed; keeping the last known cluster state: %s", e)
             return False
         finally:

@@ -555,10 +555,11 @@ class PortalSpawner(SlurmSpawner):
         self.log.info("Cancelling job %s of %s", self.job_id, self.user.name)
         await slurm.cancel(self.user.name, [self.job_id], timeout=self.slurm_timeout)
 
-    async def _gpu_indices(self):
-        """The GPU indices of the running job on each node (one scontrol per session)."""
+    async def _gpu_indices(self, nodes):
+        """The GPU indices of the running job on each of its ``nodes`` (one
+        scontrol per session)."""
         try:
-            return await slurm.gpu_indices(self.job_id, timeout=self.slurm_timeout)
+            return await slurm.gpu_indices(self.job_id, nodes, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return {}
 
@@ -608,7 +609,7 @@ class PortalSpawner(SlurmSpawner):
         finally:
             poller.unwatch(self)
         self.ip = job.node  # the first node, where the batch script runs Jupyter
-        self.gpu_indices = await self._gpu_indices()
+        self.gpu_indices = await self._gpu_indices(job.nodes)
         await self._wait_answering()
         self.log.info(
             "Job %s of %s running on %s:%s (nodes %s; GPUs %s)",
@@ -666,7 +667,7 @@ class PortalSpawner(SlurmSpawner):
                     now = time.monotonic()
                     unreachable_since = unreachable_since or now
                     if now - unreachable_since >= self.unreachable_timeout:
-                        raise self._unreachable(e) from None
+                        raise await self._unreachable(e) from None
                 if self.poller.is_gone(self.job_id, self.submitted_at):
                     await self._job_ended()
                 await asyncio.sleep(self.answer_interval)
@@ -677,9 +678,12 @@ class PortalSpawner(SlurmSpawner):
             f"within {self.http_timeout:.0f} s. Its log: {self.job_log}"
         )
 
-    def _unreachable(self, error):
+    async def _unreachable(self, error):
         try:
-            address = socket.gethostbyname(self.ip)
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                self.ip, None, family=socket.AF_INET
+            )
+            address = infos[0][4][0]
         except OSError:
             address = "an address this host cannot resolve"
         self.log.error(

@@ -113,10 +113,11 @@ async def end_reason(job_id, timeout):
     return parse_end_reason(await run(argv, timeout=timeout))
 
 
-async def gpu_indices(job_id, timeout):
-    """The GPU indices of a running job on each of its nodes: ``{"n1": "0-1"}``."""
+async def gpu_indices(job_id, nodes, timeout):
+    """The GPU indices of a running job on each of its ``nodes`` (squeue's):
+    ``{"n1": "0-1"}``."""
     argv = ["scontrol", "show", "job", "-d", job_id]
-    return parse_gpu_indices(await run(argv, timeout=timeout))
+    return parse_gpu_indices(await run(argv, timeout=timeout), nodes)
 
 
 async def job_fields(job_id, timeout):

@@ -6,8 +6,14 @@ from .model import Job, Node, Partition, parse_time
 
 JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
 BRACKET_RE = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
-DETAIL_NODES_RE = re.compile(r"(?:^|\s)Nodes=(\S+)")
-GPU_IDX_RE = re.compile(r"(?:^|[=,])gpu[^,(\s]*\(IDX:([^)]*)\)")
+# A detail line of `scontrol show job -d`, and nothing else: a user's own
+# fields (Comment=, the job name) are printed on lines of their own and may
+# hold any text, "Nodes=" and "GRES=" included.
+DETAIL_LINE_RE = re.compile(r"^\s+Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S+)$")
+GPU_IDX_RE = re.compile(r"(?:^|[=,])gpu[^,(\s]*\(IDX:([\d,-]+)\)")
+# The most names a host list may expand to: far above any session's nodes, far
+# below what would stall the hub ("x[0-999999999]" is 14 characters).
+MAX_HOSTS = 4096
 
 
 class SlurmError(RuntimeError):
@@ -35,11 +41,14 @@ def expand_hostlist(text):
     >>> expand_hostlist("rack[1-2]-n[1,3]")
     ('rack1-n1', 'rack1-n3', 'rack2-n1', 'rack2-n3')
 
-    Raises ValueError for a range it cannot read.
+    Raises ValueError for a range it cannot read, or one of more than
+    MAX_HOSTS names (counted before anything is expanded).
     """
     text = (text or "").strip()
     if text in ("", "(null)"):
         return ()
+    if _count_names(text) > MAX_HOSTS:
+        raise ValueError(f"host list {text[:80]!r} names more than {MAX_HOSTS} hosts")
     names, depth, start = [], 0, 0
     for i, char in enumerate(text + ","):
         depth += (char == "[") - (char == "]")
@@ -64,6 +73,24 @@ def _expand_name(name):
     return [
         prefix + number + tail for number in _range_numbers(ranges) for tail in _expand_name(rest)
     ]
+
+
+def _count_names(text):
+    """How many names the host list ``text`` stands for, without expanding it:
+    per item, the product of its bracket ranges' sizes."""
+    total = 0
+    for item in re.split(r",(?![^\[]*\])", text):
+        count = 1
+        for ranges in re.findall(r"\[([^\]]*)\]", item):
+            size = 0
+            for part in ranges.split(","):
+                low, _, high = part.strip().partition("-")
+                if not low.isdigit() or not (high or low).isdigit():
+                    raise ValueError(f"not a host range: {ranges[:80]!r}")
+                size += max(int(high or low) - int(low) + 1, 0)
+            count *= size
+        total += count
+    return total
 
 
 def _range_numbers(ranges):
@@ -173,27 +200,34 @@ def parse_end_reason(text):
     return ""
 
 
-def parse_gpu_indices(text):
-    """The GPU indices of each node in ``scontrol show job -d`` output.
+def parse_gpu_indices(text, nodes):
+    """The GPU indices of each of ``nodes`` (the job's, as squeue lists them)
+    in ``scontrol show job -d`` output; the detail lines only.
 
-    >>> parse_gpu_indices("  Nodes=n[1-2] CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:0)")
+    >>> line = "     Nodes=n[1-2] CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:0)"
+    >>> parse_gpu_indices(line, ("n1", "n2"))
     {'n1': '0', 'n2': '0'}
-    >>> parse_gpu_indices("  Nodes=n1 CPU_IDs=0-15 Mem=98304 GRES=gpu:a100:2(IDX:1-2)")
+    >>> line = "     Nodes=n1 CPU_IDs=0-15 Mem=98304 GRES=gpu:a100:2(IDX:1-2)"
+    >>> parse_gpu_indices(line, ("n1",))
     {'n1': '1-2'}
 
-    A line with GPU indices and no ``Nodes=`` is the first node's: ``{"": "0-1"}``.
+    What a user may write into their job's own fields is not a detail line,
+    and names outside ``nodes`` are dropped:
+
+    >>> parse_gpu_indices("   Comment= Nodes=x[0-9] GRES=gpu:1(IDX:9)", ("n1",))
+    {}
     """
     indices = {}
     for line in text.splitlines():
-        gpus = GPU_IDX_RE.search(line.split("GRES=", 1)[-1]) if "GRES=" in line else None
+        detail = DETAIL_LINE_RE.match(line)
+        gpus = GPU_IDX_RE.search(detail.group(2)) if detail else None
         if not gpus:
             continue
-        nodes = DETAIL_NODES_RE.search(line)
         try:
-            names = expand_hostlist(nodes.group(1)) if nodes else ("",)
+            names = expand_hostlist(detail.group(1))
         except ValueError:
             continue
-        indices.update(dict.fromkeys(names, gpus.group(1)))
+        indices.update((name, gpus.group(1)) for name in names if name in nodes)
     return indices
 
 

@@ -59,6 +59,11 @@ def test_compute_nodes_are_apart_from_the_login_node(cluster):
         address = socket.gethostbyname(node)
         assert address.startswith(CLUSTER["network"] + ".") and not address.endswith(".1")
         assert f"inet {address}/24" in in_node(node, "ip", "-4", "addr", "show", "eth0").stdout
+        # Slurm's commands work on the node, as a user: slurmctld and
+        # slurmdbd are reached at the login node's address, not the node's loopback
+        for command in (["squeue", "-h"], ["sacct", "-X", "-n", "-S", "now-1hour"]):
+            r = in_node(node, "sudo", "-u", "alice", "--", *command)
+            assert r.returncode == 0, (node, command, r.stderr)
         # each node has its own GPU device files
         assert sorted(os.listdir(f"/dev/portal-gpu/{node}")) == [
             f"gpu{i}" for i in range(CLUSTER["node_gpus"])

@@ -76,9 +76,33 @@ JobId=8572 JobName=portal-jupyter
 
 
 def test_parse_gpu_indices_per_node():
-    assert parse_gpu_indices(SCONTROL_DETAIL) == {"n1": "0", "n2": "0", "n3": "1"}
-    assert parse_gpu_indices("Nodes=vm CPU_IDs=0-15 GRES=gpu:2(IDX:0-1),shard:0") == {"vm": "0-1"}
-    # no Nodes= on the line: the first node's
-    assert parse_gpu_indices("JobId=1 GRES=gpu:1(IDX:2)") == {"": "2"}
-    assert parse_gpu_indices("Nodes=n1 CPU_IDs=0-7 Mem=1024") == {}
-    assert parse_gpu_indices("") == {}
+    nodes = ("n1", "n2", "n3")
+    assert parse_gpu_indices(SCONTROL_DETAIL, nodes) == {"n1": "0", "n2": "0", "n3": "1"}
+    line = "     Nodes=vm CPU_IDs=0-15 Mem=98304 GRES=gpu:2(IDX:0-1),shard:0"
+    assert parse_gpu_indices(line, ("vm",)) == {"vm": "0-1"}
+    assert parse_gpu_indices("     Nodes=n1 CPU_IDs=0-7 Mem=1024 GRES=", nodes) == {}
+    assert parse_gpu_indices("", nodes) == {}
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "   Comment= Nodes=x[0-999999999] GRES=gpu:1(IDX:0)",  # would stall the hub
+        "   Comment=x Nodes=evil GRES=gpu:1(IDX:9)",
+        "     Nodes=evil CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:9)",  # not a node of the job
+        "     Nodes=n[1-2] CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:<b>)",
+    ],
+)
+def test_what_a_user_writes_into_their_job_is_no_gpu_index(comment):
+    """A job's owner may set its Comment to anything (scontrol update
+    comment=...); scontrol prints it on a line of its own."""
+    text = SCONTROL_DETAIL.replace("   TresPerNode", comment + "\n   TresPerNode")
+    assert parse_gpu_indices(text, ("n1", "n2", "n3")) == {"n1": "0", "n2": "0", "n3": "1"}
+
+
+def test_a_host_list_too_long_to_expand_is_refused_before_expanding():
+    with pytest.raises(ValueError, match="more than 4096 hosts"):
+        expand_hostlist("x[0-999999999]")
+    with pytest.raises(ValueError, match="more than 4096 hosts"):
+        expand_hostlist("a[0-99999]b[0-99999]")
+    assert len(expand_hostlist("n[1-4096]")) == 4096

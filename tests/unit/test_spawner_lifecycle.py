@@ -13,6 +13,7 @@ import pytest
 from tornado import web
 from traitlets.config import Config
 
+from portal.settings import defaults
 from portal.slurm import commands
 from spawners.port_report import reported_port
 from spawners.spawner import PortalSpawner
@@ -46,7 +47,8 @@ class Runner:
             self.state = "gone"
             return ""
         if command == "scontrol":
-            return f"JobId=4242 NodeList={self.nodes}\n  Nodes={self.nodes} GRES=gpu:1(IDX:2)"
+            detail = f"Nodes={self.nodes} CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:2)"
+            return f"JobId=4242 NodeList={self.nodes}\n     {detail}"
         if command == "sinfo":
             return "n1 gpu* gpu:4 gpu:1(IDX:2) 8/24/0/32 mix 196608 49152 1-00:00:00"
         if command == "sacct":
@@ -148,14 +150,22 @@ def test_a_port_report():
     assert reported_port(b'{"port": 8888}') == 8888
 
 
+NOBODY = f"{defaults()['cluster']['network']}.250"  # on the nodes' bridge, no node there
+
+
+@pytest.mark.skipif(
+    not os.path.exists(f"/sys/class/net/{defaults()['cluster']['bridge']}"),
+    reason="the embedded cluster's bridge is not up (make up)",
+)
 async def test_a_node_the_hub_cannot_reach_ends_the_start_with_its_name(runner):
-    """A real connection attempt to TEST-NET-1 (192.0.2.1: never routed), not
-    a refused connection: the spawn ends after unreachable_timeout, naming
-    the node, its address and the port, rather than waiting http_timeout."""
+    """A real connection attempt to an address of the nodes' network that no
+    node has (no answer to ARP: a timeout, then "No route to host"), not a
+    refused connection: the spawn ends after unreachable_timeout, naming the
+    node, its address and the port, rather than waiting http_timeout."""
     s = spawner("unit-unreachable")
     s.unreachable_timeout = 1.0
     s.http_timeout = 60
-    s.job_id, s.ip, s.port = "4242", "192.0.2.1", 8888
+    s.job_id, s.ip, s.port = "4242", NOBODY, 8888
     runner.state = "RUNNING"
     s.poller.poke()
     started = asyncio.get_running_loop().time()
@@ -164,7 +174,7 @@ async def test_a_node_the_hub_cannot_reach_ends_the_start_with_its_name(runner):
     # failed early, not at http_timeout
     assert asyncio.get_running_loop().time() - started < s.http_timeout / 2
     message = str(error.value)
-    assert "cannot reach your session on node 192.0.2.1 (192.0.2.1, port 8888)" in message
+    assert f"cannot reach your session on node {NOBODY} ({NOBODY}, port 8888)" in message
 
 
 async def test_a_session_over_two_nodes_runs_jupyter_on_the_first_and_lists_both(runner):
