@@ -60,6 +60,28 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def link_notes(link, profile, values):
+    """What the form could not take from a spawn link's values, and what it
+    shows instead: a link never fails silently."""
+    notes = []
+    if link.get("profile") and link["profile"] != profile["name"]:
+        notes.append(
+            f"The link's profile {link['profile'][:40]!r} is not available to you: "
+            f"{profile['display_name']} is shown."
+        )
+        return notes
+    limits = {"gpus": profile["offered_gpus"], "nodes": profile["offered_nodes"]}
+    limits["hours"] = profile["max_hours"]
+    for key, high in limits.items():
+        given = link.get(key)
+        if given not in (None, "") and whole_number(given) != values[key]:
+            notes.append(
+                f"The link's {key}={given[:20]!r} does not fit {profile['display_name']} "
+                f"(1 to {high}): {values[key]} is set."
+            )
+    return notes
+
+
 class LinkOptions(Exception):
     """A GET spawn link's options: shown in the form for the user to confirm,
     never started at once (a link from another site must not start a job)."""
@@ -425,9 +447,10 @@ class PortalSpawner(SlurmSpawner):
         if not poller.partitions:
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
-        if self._link_options is not None:
+        link = self._link_options
+        if link is not None:
             # a link's values alone: what it leaves out takes the profile's defaults
-            last, self._link_options = self._link_options, None
+            last, self._link_options = link, None
         profiles = []
         for p in offered:
             part = poller.partitions.get(p.partition)
@@ -466,15 +489,19 @@ class PortalSpawner(SlurmSpawner):
         gpus = whole_number(last.get("gpus")) if same else None
         nodes = whole_number(last.get("nodes")) if same else None
         hours = whole_number(last.get("hours")) if same else None
+        values = {
+            "gpus": gpus if gpus and gpus <= current["offered_gpus"] else 1,
+            "nodes": nodes if nodes and nodes <= current["offered_nodes"] else 1,
+            "hours": hours if hours and hours <= current["max_hours"] else current["default_hours"],
+        }
         return _html.get_template("form.html.j2").render(
             profiles=profiles,
             chosen=chosen,
             current=current,
-            gpus_value=gpus if gpus and gpus <= current["offered_gpus"] else 1,
-            nodes_value=nodes if nodes and nodes <= current["offered_nodes"] else 1,
-            hours_value=hours
-            if hours and hours <= current["max_hours"]
-            else current["default_hours"],
+            gpus_value=values["gpus"],
+            nodes_value=values["nodes"],
+            hours_value=values["hours"],
+            link_notes=link_notes(link, current, values) if link else [],
             last=last,
             partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
             cluster_error=poller.cluster_error,

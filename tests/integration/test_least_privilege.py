@@ -278,6 +278,18 @@ def test_a_spawn_link_fills_the_form_and_starts_nothing(login):
     assert re.search(r'<option value="pytorch"\s+selected', page)
     assert re.search(r'<option value="1"\s+selected>1</option>', page)
     assert re.search(r'name="hours"[^>]*value="8"', page)
+    assert "link-note" not in page
+    # values that do not fit are not dropped silently: the form says what it set
+    page = alice.session.get(
+        alice.url("/hub/spawn?profile=distributed&nodes=9&gpus=x&hours=2"), timeout=30
+    ).text
+    notes = re.findall(r'class="alert alert-warning link-note">(.*?)</p>', page)
+    assert notes == [
+        "The link&#39;s gpus=&#39;x&#39; does not fit PyTorch distributed (1 to 4): 1 is set.",
+        "The link&#39;s nodes=&#39;9&#39; does not fit PyTorch distributed (1 to 2): 1 is set.",
+    ], notes
+    page = alice.session.get(alice.url("/hub/spawn?profile=nosuch"), timeout=30).text
+    assert "The link&#39;s profile &#39;nosuch&#39; is not available to you" in page
     time.sleep(1)
     assert not squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i")
 
