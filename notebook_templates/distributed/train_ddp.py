@@ -11,12 +11,23 @@ with ``srun``; it also runs under ``torchrun``, or alone as a single rank::
 
 Rank 0 prints the progress, the test accuracy after each epoch and the speed,
 writes TensorBoard scalars and saves the trained model in ``--log-dir``.
+
+Under ``srun`` the ranks find each other through a file, not a network port:
+a ``FileStore`` in ``~/.cache/portal-ddp`` (a folder only its owner may open,
+on the home shared by the nodes), which rank 0 removes at the end; nothing
+listens on a port that others could guess from the job id. The ranks exchange
+tensors of numbers only, never pickled objects (``all_gather_object`` and
+the like would run whatever code a peer put in them). Their traffic itself
+(Gloo, NCCL) is not authenticated: where users must be isolated from each
+other, jobs need nodes of their own or a network of their own.
 """
 
 import argparse
 import gzip
+import hashlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -52,18 +63,25 @@ FASHION_CLASSES = [
 ]
 
 
+# where the ranks of an srun step meet: a file named after the job and step
+RENDEZVOUS_DIR = "~/.cache/portal-ddp"
+HOST_NAME_MAX = 64  # bytes of a node's name (Linux's limit)
+MAX_CORES = 1 << 16  # cores of a node, at most, that the ranks tell each other about
+
+
 # -- where this process stands -------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Place:
-    """This process's rank among all, its rank on its node, and where rank 0 listens."""
+    """This process's rank among all, its rank on its node, and what started
+    it: "torchrun", "srun" (``step``: the job and step ids) or "alone"."""
 
     rank: int
     world_size: int
     local_rank: int
-    master_addr: str
-    master_port: int
+    launcher: str
+    step: str = ""
 
 
 def hostnames(nodelist):
@@ -82,22 +100,87 @@ def find_place(environ=os.environ):
             int(environ["RANK"]),
             int(environ["WORLD_SIZE"]),
             int(environ.get("LOCAL_RANK", 0)),
-            environ.get("MASTER_ADDR", "127.0.0.1"),
-            int(environ.get("MASTER_PORT", 29500)),
+            "torchrun",
         )
     if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:  # a task of srun
-        nodelist = environ.get("SLURM_STEP_NODELIST") or environ["SLURM_JOB_NODELIST"]
-        # rank 0 runs on the step's first node (srun's default block distribution);
-        # the port follows the job, so that jobs sharing a node do not collide
-        port = 15000 + int(environ["SLURM_JOB_ID"]) % 15000
+        # a step's id is unique within its job, but a requeued job starts over
+        step = f"{environ['SLURM_JOB_ID']}.{environ['SLURM_STEP_ID']}"
+        restarts = int(environ.get("SLURM_RESTART_COUNT") or 0)
         return Place(
             int(environ["SLURM_PROCID"]),
             int(environ["SLURM_NTASKS"]),
             int(environ.get("SLURM_LOCALID", 0)),
-            environ.get("MASTER_ADDR") or hostnames(nodelist)[0],
-            int(environ.get("MASTER_PORT") or port),
+            "srun",
+            f"{step}.{restarts}" if restarts else step,
         )
-    return Place(0, 1, 0, "127.0.0.1", int(environ.get("MASTER_PORT", 29500)))
+    return Place(0, 1, 0, "alone")
+
+
+def private_folder(path):
+    """``path`` as a folder that only this user may open, made (mode 700) if
+    missing; refuses one that is a link, another user's, or open to others."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        problem = "a symbolic link"
+    elif not stat.S_ISDIR(info.st_mode):
+        problem = "not a folder"
+    elif info.st_uid != os.getuid():
+        problem = f"owned by uid {info.st_uid}, not by you (uid {os.getuid()})"
+    elif info.st_mode & 0o077:
+        problem = f"open to others (mode {stat.S_IMODE(info.st_mode):o}; chmod 700 it)"
+    else:
+        return path
+    raise PermissionError(f"{path} cannot hold the ranks' rendezvous file: it is {problem}")
+
+
+def join_ranks(place, backend, timeout, rendezvous_dir=RENDEZVOUS_DIR):
+    """Start the process group of all the ranks. Those of an ``srun`` step meet
+    in a file of the user's private folder on the shared home, not at a
+    listening port; torchrun's rendezvous is its own (``MASTER_ADDR``,
+    ``MASTER_PORT``). Returns that file (rank 0 removes it at the end), or None."""
+    options = dict(rank=place.rank, world_size=place.world_size, timeout=timeout)
+    if place.world_size == 1:  # nobody to meet: a store in memory
+        dist.init_process_group(backend, store=dist.HashStore(), **options)
+        return None
+    if place.launcher == "torchrun":
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # when set by hand
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group(backend, init_method="env://", **options)
+        return None
+    path = private_folder(rendezvous_dir) / place.step
+    store = dist.FileStore(str(path), place.world_size)
+    store.set_timeout(timeout)
+    try:
+        dist.init_process_group(backend, store=store, **options)
+    except RuntimeError as error:
+        if place.rank == 0:
+            path.unlink(missing_ok=True)
+        if "timeout" not in str(error).lower():  # FileStore: "Wait timeout"
+            raise
+        raise RuntimeError(
+            f"the {place.world_size} ranks did not all meet in {path}: do all the nodes "
+            f"share that folder (--rendezvous-dir)? {error}"
+        ) from error
+    return path
+
+
+def leave_ranks(rendezvous_file, rank, device):
+    """Once every rank is done, rank 0 removes the rendezvous file, and every
+    rank leaves the process group."""
+    device_ids = [device.index] if device.type == "cuda" else None
+    dist.barrier(device_ids=device_ids)  # every rank is done with the file
+    if rendezvous_file and rank == 0:
+        rendezvous_file.unlink(missing_ok=True)
+    # every rank knows it is gone: a FileStore that sees its file on the way
+    # out updates it (and would make it anew after a removal)
+    dist.barrier(device_ids=device_ids)
+    dist.destroy_process_group()
 
 
 # -- the data ------------------------------------------------------------------
@@ -195,6 +278,12 @@ def parse_args(argv=None):
         type=Path,
         help="TensorBoard scalars and the model (default logs/distributed/DATE-TIME)",
     )
+    parser.add_argument(
+        "--rendezvous-dir",
+        default=RENDEZVOUS_DIR,
+        help="under srun: where the ranks meet, a private folder on a file system "
+        "that all the nodes share (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -221,6 +310,45 @@ def machine_id():
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+def fingerprint(text):
+    """A 64-bit hash of ``text``, as a signed integer (an int64 tensor holds it)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def node_name(codes):
+    """A node name from its bytes, with anything but letters, digits, '.', '-'
+    and '_' as '?' (the bytes come from another rank)."""
+    text = bytes(codes).rstrip(b"\0").decode("ascii", "replace")
+    return "".join(c if c.isascii() and (c.isalnum() or c in ".-_") else "?" for c in text)
+
+
+def where_ranks_run(device):
+    """Every rank's node name, and its ``(machine, cores it may run on)`` for
+    :func:`thread_count`. The ranks exchange one tensor of integers each, of
+    the same size on every rank: the bytes of their node's name, a hash of
+    their machine's boot id and a 0/1 flag per core (never pickled objects)."""
+    cores = os.sched_getaffinity(0)
+    ncores = torch.tensor([max(cores) + 1], dtype=torch.int64, device=device)
+    dist.all_reduce(ncores, op=dist.ReduceOp.MAX)  # the cores of the largest node
+    ncores = max(1, min(int(ncores), MAX_CORES))
+    name = socket.gethostname().encode()[:HOST_NAME_MAX]
+    mine = torch.zeros(HOST_NAME_MAX + 1 + ncores, dtype=torch.int64)
+    mine[: len(name)] = torch.tensor(list(name), dtype=torch.int64)
+    mine[HOST_NAME_MAX] = fingerprint(machine_id())
+    mine[HOST_NAME_MAX + 1 + torch.tensor(sorted(c for c in cores if c < ncores))] = 1
+    mine = mine.to(device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    names, peers = [], []
+    for row in everyone:
+        row = row.cpu()
+        names.append(node_name(row[:HOST_NAME_MAX].clamp(0, 255).tolist()))
+        flags = row[HOST_NAME_MAX + 1 :]
+        peers.append((int(row[HOST_NAME_MAX]), frozenset(flags.nonzero().flatten().tolist())))
+    return names, peers
+
+
 def main(argv=None):
     args = parse_args(argv)
     place = find_place()
@@ -231,21 +359,25 @@ def main(argv=None):
         backend, device_name = "nccl", torch.cuda.get_device_name(device)
     else:
         device, backend, device_name = torch.device("cpu"), "gloo", "cpu"
-    use_amp = device.type == "cuda"  # float16 mixed precision on GPUs
+    rendezvous_file = join_ranks(place, backend, timedelta(minutes=5), args.rendezvous_dir)
+    try:
+        train(args, device, backend, device_name)
+    except BaseException:
+        if rendezvous_file and place.rank == 0:  # a rank failed: no barrier to wait at
+            rendezvous_file.unlink(missing_ok=True)
+        raise
+    leave_ranks(rendezvous_file, place.rank, device)
 
-    os.environ["MASTER_ADDR"] = place.master_addr
-    os.environ["MASTER_PORT"] = str(place.master_port)
-    dist.init_process_group(
-        backend, rank=place.rank, world_size=place.world_size, timeout=timedelta(minutes=5)
-    )
+
+def train(args, device, backend, device_name):
+    """Train and test the model on this rank, one of the process group's."""
+    use_amp = device.type == "cuda"  # float16 mixed precision on GPUs
     rank, world_size = dist.get_rank(), dist.get_world_size()
     is_main = rank == 0
     # where every rank runs: its node, machine and cores
-    peers = [None] * world_size
-    me = (socket.gethostname(), machine_id(), frozenset(os.sched_getaffinity(0)))
-    dist.all_gather_object(peers, me)
-    node_names = list(dict.fromkeys(node for node, _, _ in peers))
-    threads = thread_count([(m, cores) for _, m, cores in peers], rank)
+    names, peers = where_ranks_run(device)
+    node_names = list(dict.fromkeys(names))
+    threads = thread_count(peers, rank)
     torch.set_num_threads(threads)
     # on GPUs, a few cores feed them batches; on CPUs, all of them compute
     loader_workers = min(4, threads // 4) if use_amp else 0
@@ -375,7 +507,6 @@ def main(argv=None):
         writer.close()
         torch.save(model.state_dict(), Path(writer.log_dir, "model.pt"))
         log(f"Saved the model in {Path(writer.log_dir, 'model.pt')}")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
