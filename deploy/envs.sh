@@ -69,12 +69,24 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 # One environment per framework; [envs] framework_build picks CPU or CUDA builds.
+# The two builds are different distributions of the same modules
+# (tensorflow-cpu and tensorflow, mxnet and mxnet-cu117): an environment whose
+# build changes is made afresh, not installed over. Environments without a
+# .portal-build file were built before there was a choice: CPU.
+build=$PORTAL_ENVS_FRAMEWORK_BUILD
 fw_envs=()
 for fw in $PORTAL_ENVS_FRAMEWORKS; do
-    reqs="$DEPLOY_DIR/frameworks/$fw-$PORTAL_ENVS_FRAMEWORK_BUILD.txt"
-    [ -f "$reqs" ] || die "no $reqs: check [envs] frameworks and framework_build"
-    build_env "$PORTAL_ENVS_PREFIX/envs/$fw" "$reqs"
-    fw_envs+=("$PORTAL_ENVS_PREFIX/envs/$fw")
+    reqs="$DEPLOY_DIR/frameworks/$fw-$build.txt"
+    [ -f "$reqs" ] || die "no $reqs: check [envs] frameworks and framework_build (cpu or cuda)"
+    dir="$PORTAL_ENVS_PREFIX/envs/$fw"
+    built=$(cat "$dir/.portal-build" 2>/dev/null || echo cpu)
+    if [ -d "$dir" ] && [ "$built" != "$build" ]; then
+        log "removing $dir ($built build) for the $build build"
+        rm -rf "$dir"
+    fi
+    build_env "$dir" "$reqs"
+    [ "$(cat "$dir/.portal-build" 2>/dev/null)" = "$build" ] || echo "$build" > "$dir/.portal-build"
+    fw_envs+=("$dir")
 done
 
 # Their kernels (and R's) in the jupyter environment, the session's default
