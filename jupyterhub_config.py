@@ -17,6 +17,7 @@ hub_config.configure_proxy(c, site)
 hub_config.configure_auth(c, site)
 hub_config.configure_spawner(c, site)
 hub_config.configure_service(c, site)
+hub_config.configure_culling(c, site)
 hub_config.start_shared_poll(c)
 
 for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):

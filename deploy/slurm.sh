@@ -52,7 +52,8 @@
 # members as `getent group` lists them), root and the hub's account ([hub]
 # user, for its `sbatch --test-only`) an association with the account, and
 # removes those who left (once their jobs have ended); root also keeps its
-# association with the account root. Anyone else is refused:
+# association with the account root. The hub's account is made a Slurm
+# operator (AdminLevel=Operator), so that it can extend a session's time limit. Anyone else is refused:
 #     sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified
 # To start accounting over: stop, remove /var/lib/mysql, start.
 # shellcheck source=SCRIPTDIR/common.sh
@@ -757,6 +758,7 @@ sync_users() {
         sacctmgr -i add user "$(IFS=,; echo "${add[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null ||
             die "sacctmgr add user failed"
     fi
+    hub_operator
     [ ${#remove[@]} -gt 0 ] || return 0
     busy=" $(squeue -h -A "$ACCOUNT" -o %u 2>/dev/null | sort -u | tr '\n' ' ')"
     for name in "${remove[@]}"; do
@@ -771,6 +773,26 @@ sync_users() {
     log "removing from account $ACCOUNT: ${keep[*]}"
     sacctmgr -i remove user where name="$(IFS=,; echo "${keep[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null ||
         log "error: sacctmgr remove user failed (a job started meanwhile?); the next sync tries again"
+}
+
+# hub_operator: the hub's account ([hub] user) is a Slurm operator
+# (AdminLevel=Operator), which `scontrol update JobId=J TimeLimit=...` needs
+# to lengthen a job: a user may only shorten their own, and the hub extends a
+# session as itself, with no sudo rule. Operator is the least level that
+# does it (it also lets the account hold or cancel other jobs; the hub
+# could already cancel its users' through the sudo rule). Set only when it
+# differs; an account already Administrator is left alone.
+hub_operator() {
+    [ -n "$HUB_USER" ] || return 0
+    local level
+    level=$(sacctmgr_list user "$HUB_USER" format=adminlevel) ||
+        die "slurmdbd does not answer (sacctmgr list user)"
+    case "$level" in
+        Operator | Administrator) return 0 ;;
+    esac
+    log "$HUB_USER (the hub's account): Slurm AdminLevel Operator (was ${level:-none}), to extend sessions"
+    sacctmgr -i modify user "$HUB_USER" set adminlevel=Operator >/dev/null ||
+        die "sacctmgr modify user $HUB_USER set adminlevel=Operator failed"
 }
 
 # ---------------------------------------------------------------- slurmctld, slurmd

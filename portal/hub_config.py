@@ -180,15 +180,53 @@ def configure_service(c, settings):
         },
         {
             "name": "portal-service",
-            "description": "The admin service: lists sessions for the cluster page",
-            "scopes": ["list:users", "read:users", "read:servers"],
+            "description": "The admin service: lists sessions for the cluster page, "
+            "finds a session's Slurm job (its server's state) to extend it",
+            "scopes": ["list:users", "read:users", "read:servers", "admin:server_state"],
             "services": ["portal"],
         },
     ]
 
 
+def configure_culling(c, settings):
+    """Idle sessions stopped by jupyterhub-idle-culler, a hub service, after
+    [culling] idle_minutes; each session reports its own activity, busy
+    kernels and GPUs included (``portal.session.activity``), with what the
+    spawner exports to it. Call after ``configure_service``."""
+    from portal.core.idle import CULLER_SERVICE, check_culling, site_idle_seconds
+
+    culling = settings["culling"]
+    check_culling(culling)
+    timeout = site_idle_seconds(culling)
+    c.PortalSpawner.idle_timeout = timeout if culling["enabled"] else 0
+    c.PortalSpawner.activity_interval = culling["activity_seconds"]
+    c.PortalSpawner.gpu_busy_percent = culling["gpu_busy_percent"]
+    if not culling["enabled"]:
+        return
+    c.JupyterHub.services.append(
+        {
+            "name": CULLER_SERVICE,
+            "command": [
+                sys.executable,
+                "-m",
+                "jupyterhub_idle_culler",
+                f"--timeout={timeout}",
+                f"--cull-every={culling['every_seconds']}",
+            ],
+        }
+    )
+    c.JupyterHub.load_roles.append(
+        {
+            "name": CULLER_SERVICE,
+            "description": "Stops sessions idle for [culling] idle_minutes",
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+            "services": [CULLER_SERVICE],
+        }
+    )
+
+
 def configure_spawner(c, settings):
-    from spawners import port_report, spawn_handlers
+    from spawners import port_report, session_handlers, spawn_handlers
 
     # batchspawner's port callback sets any attribute it is sent: ours takes a port only
     port_report.install()
@@ -196,13 +234,17 @@ def configure_spawner(c, settings):
     spawn_handlers.install()
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
-    c.PortalSpawner.profile_source = StoreProfiles(settings)
+    profiles = StoreProfiles(settings)
+    c.PortalSpawner.profile_source = profiles
+    # the session card's "Extend by N hours": /hub/portal/sessions/NAME/extend
+    session_handlers.install(profiles.store)
     c.PortalSpawner.cluster_snapshot = cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
     c.PortalSpawner.poll_interval_active = slurm["poll_interval_active"]
     c.PortalSpawner.cluster_interval = slurm["cluster_interval"]
     c.PortalSpawner.unknown_grace = slurm["unknown_grace"]
+    c.PortalSpawner.warn_minutes = slurm["warn_minutes"]
     c.JupyterHub.template_paths = [str(Path(__file__).parent / "templates")]
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]

@@ -67,6 +67,8 @@ def merge(defaults, overrides, source="site settings"):
                     f"known: {', '.join(sorted(defaults[section]))}"
                 )
             expected = type(defaults[section][key])
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # idle_minutes = 60 means 60.0
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise SettingsError(
                     f"{source}: [{section}] {key} must be {expected.__name__}, got {value!r}"

@@ -9,6 +9,10 @@ writes; the hub's spawner reads the enabled profiles at every spawn
 Every change is a row of ``portal_profile_changes`` with its author, time and
 the profile before and after. Writes name the revision they edit: saving over
 a newer revision raises ``Conflict`` (optimistic locking), never overwrites.
+
+Every extension of a running session's time limit (``portal.extend``) is a
+row of ``portal_time_extensions``: who asked, whose job, the limit before and
+after.
 """
 
 import logging
@@ -30,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
+from portal.slurm.model import format_duration
 
 log = logging.getLogger("portal.store")
 
@@ -37,11 +42,12 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 VERSION_TABLE = "portal_alembic_version"
 # The fields of a profile that the store keeps (and the history compares).
 FIELDS = (
-    "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "groups", "enabled",
+    "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "idle_minutes",
+    "groups", "enabled",
 )  # fmt: skip
 # Fields added after the first schema, with the value that revisions stored
 # before them meant (migrations add their columns with the same default).
-ADDED_FIELDS = {"max_nodes": 1}
+ADDED_FIELDS = {"max_nodes": 1, "idle_minutes": 0}
 
 
 class Base(DeclarativeBase):
@@ -61,6 +67,7 @@ class ProfileRow(Base):
     mem_per_gpu_gb = Column(Integer, nullable=False)
     default_hours = Column(Integer, nullable=False)
     max_hours = Column(Integer, nullable=False)
+    idle_minutes = Column(Integer, nullable=False, default=0, server_default="0")  # 0: the site's
     groups = Column(JSON, nullable=False, default=list)
     enabled = Column(Boolean, nullable=False, default=True)
     revision = Column(Integer, nullable=False, default=1)
@@ -96,6 +103,35 @@ class ProfileChange(Base):
             "before": self.before,
             "after": self.after,
             "changes": diff(self.before, self.after),
+        }
+
+
+class TimeExtension(Base):
+    """One extension of a running session's time limit (``portal.extend``):
+    who asked, whose session, its job, and the limit before and after."""
+
+    __tablename__ = "portal_time_extensions"
+    id = Column(Integer, primary_key=True, autoincrement=True)
+    at = Column(DateTime, nullable=False)
+    actor = Column(String(255), nullable=False)  # who asked: the user, or an admin
+    user = Column(String(255), nullable=False, index=True)  # whose session
+    job_id = Column(String(32), nullable=False)
+    profile = Column(String(32), nullable=False)
+    from_limit = Column(Integer, nullable=False)  # minutes
+    to_limit = Column(Integer, nullable=False)  # minutes
+
+    def to_dict(self):
+        return {
+            "id": self.id,
+            "at": self.at.isoformat(timespec="seconds"),
+            "actor": self.actor,
+            "user": self.user,
+            "job_id": self.job_id,
+            "profile": self.profile,
+            "from_limit": format_duration(self.from_limit),
+            "to_limit": format_duration(self.to_limit),
+            "from_minutes": self.from_limit,
+            "to_minutes": self.to_limit,
         }
 
 
@@ -292,6 +328,31 @@ class ProfileStore:
             before = fields_of(row.profile())
             db.add(self._change(name, row.revision, "delete", author, before, None))
             db.delete(row)
+
+    # -- time extensions ----------------------------------------------------
+
+    def record_extension(self, actor, user, job_id, profile, from_minutes, to_minutes):
+        """Audit one extension of a session's time limit; returns it as a dict."""
+        with self.Session.begin() as db:
+            row = TimeExtension(
+                at=now(),
+                actor=actor,
+                user=user,
+                job_id=str(job_id),
+                profile=profile,
+                from_limit=from_minutes,
+                to_limit=to_minutes,
+            )
+            db.add(row)
+        return row.to_dict()
+
+    def extensions(self, user=None, limit=200):
+        """The latest extensions (of ``user``'s sessions, or everyone's), newest first."""
+        with self.Session() as db:
+            query = select(TimeExtension).order_by(TimeExtension.id.desc()).limit(limit)
+            if user is not None:
+                query = query.where(TimeExtension.user == user)
+            return [row.to_dict() for row in db.scalars(query)]
 
     # -- helpers ------------------------------------------------------------
 

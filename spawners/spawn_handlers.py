@@ -9,6 +9,11 @@ when the stop comes after it answered, and the form goes on to the spawn
 page, which shows the server stopped. The stop itself (scancel of the job)
 is the spawner's ``stop``, run by the DELETE as usual.
 
+A stop asked by the idle culler (the hub service ``idle-culler``, see
+``portal.hub_config.configure_culling``) marks the spawner first
+(``stop_reason = "idle"``), so the home page says the session was stopped
+after so long idle.
+
 ``install()`` replaces JupyterHub's handler classes in its route lists; the
 hub's configuration calls it (``portal.hub_config.configure_spawner``), so
 importing this module changes nothing.
@@ -19,6 +24,8 @@ import asyncio
 from jupyterhub import apihandlers, handlers
 from jupyterhub.apihandlers.users import UserServerAPIHandler
 from jupyterhub.handlers.pages import SpawnHandler
+
+from portal.core.idle import CULLER_SERVICE
 
 
 class StoppableSpawnMixin:
@@ -43,6 +50,21 @@ class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
         await super().post(user_name, server_name)
         if self.spawn_stopped:
             self.set_status(202)  # accepted, then stopped: the user model shows no server
+
+    async def delete(self, user_name, server_name=""):
+        spawner = None
+        caller = self.current_user
+        if getattr(caller, "kind", "") == "service" and caller.name == CULLER_SERVICE:
+            user = self.find_user(user_name)
+            if user is not None and server_name in user.orm_spawners:
+                spawner = user.spawners[server_name]
+                spawner.stop_reason = "idle"  # read (and cleared) by PortalSpawner.stop
+        try:
+            await super().delete(user_name, server_name)
+        except Exception:
+            if spawner is not None:
+                spawner.stop_reason = ""  # refused: a later stop is not the culler's
+            raise
 
 
 class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):

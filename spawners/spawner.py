@@ -32,6 +32,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
+from portal.core.idle import describe_idle, session_idle_seconds
 from portal.core.numbers import whole_number
 from portal.core.profiles import (
     SLICE_FIELDS,
@@ -43,6 +44,7 @@ from portal.core.profiles import (
 )
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
+from portal.core.timelimit import describe_minutes, hours_left
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
@@ -52,6 +54,7 @@ from .unused_settings import refuse_unused_settings
 
 TEMPLATES = Path(__file__).parent / "templates"  # the spawn form
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
+CULLING = defaults()["culling"]
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
@@ -179,6 +182,38 @@ class PortalSpawner(SlurmSpawner):
         help="""Seconds Slurm may fail to answer before the hub logs an error.
         Sessions are never dropped for it. Default 300.""",
     ).tag(config=True)
+    warn_minutes = Integer(
+        SLURM["warn_minutes"],
+        min=0,
+        help="""Minutes before the end of a session's job (as Slurm has it) that
+        JupyterLab shows a notice with the time left and a link to extend it,
+        and again at 5 minutes; exported to the session as
+        ``PORTAL_WARN_MINUTES``. 0: no notice. Default 15 (deploy/portal.toml
+        [slurm] warn_minutes). Example: ``30``.""",
+    ).tag(config=True)
+
+    idle_timeout = Float(
+        CULLING["idle_minutes"] * 60 if CULLING["enabled"] else 0,
+        help="""Seconds without activity after which the hub's idle culler stops a
+        session ([culling] idle_minutes; the culler's one timeout). A session
+        whose profile allows a longer ``idle_minutes`` is told the difference
+        (``PORTAL_IDLE_EXTRA_SECONDS``) and reports its activity that much
+        later, so it is stopped after its profile's time. 0: no culler.
+        Default 7200 (deploy/portal.toml [culling]). Example: ``3600``.""",
+    ).tag(config=True)
+    activity_interval = Float(
+        CULLING["activity_seconds"],
+        help="""Seconds between a session's reports of its activity to the hub
+        (``portal.session.activity``: a busy kernel or GPU counts), exported as
+        ``PORTAL_ACTIVITY_SECONDS``; 0: no reports but the hub's own
+        singleuser server's. Default 60 ([culling] activity_seconds).""",
+    ).tag(config=True)
+    gpu_busy_percent = Float(
+        CULLING["gpu_busy_percent"],
+        help="""Utilisation (percent) above which one of a session's own GPUs
+        keeps it active, exported as ``PORTAL_GPU_BUSY_PERCENT``. Default 10
+        ([culling] gpu_busy_percent). Example: ``5``.""",
+    ).tag(config=True)
 
     cluster_snapshot = Unicode(
         "",
@@ -262,6 +297,7 @@ class PortalSpawner(SlurmSpawner):
     profile = None
     last_options = None  # the last options that passed validation (kept in the state)
     last_end = None  # how the last session ended without a stop (kept until the next start)
+    stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.spawn_handlers)
     submitted_at = 0.0
     gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
     _port_event = None
@@ -516,15 +552,27 @@ class PortalSpawner(SlurmSpawner):
         env["PATH"] = self.job_path
         return env
 
+    def idle_seconds(self):
+        """Seconds idle after which this session is stopped: its profile's
+        ``idle_minutes``, never less than the culler's ``idle_timeout``."""
+        profile_minutes = self.profile.idle_minutes if self.profile else 0
+        return session_idle_seconds(self.idle_timeout, profile_minutes)
+
     def get_env(self):
         """The session's environment, as the batch script exports it: the
         hub's variables for the server (its own API token among them) and
         the portal's; nothing of the hub's own environment (``env_keep``)."""
         env = super().get_env()
         env["PORTAL_LOG_DIR"] = self.log_dir
+        env["PORTAL_WARN_MINUTES"] = str(self.warn_minutes)
         if self.profile:
             env["PORTAL_PROFILE"] = self.profile.name
             env["PORTAL_ENVIRONMENT"] = self.profile.environment
+        # what the session's activity reporter needs (portal.session.activity)
+        env["PORTAL_ACTIVITY_SECONDS"] = f"{self.activity_interval:g}"
+        env["PORTAL_GPU_BUSY_PERCENT"] = f"{self.gpu_busy_percent:g}"
+        extra = self.idle_seconds() - self.idle_timeout if self.idle_timeout else 0
+        env["PORTAL_IDLE_EXTRA_SECONDS"] = f"{extra:g}"
         return env
 
     def cmd_formatted_for_batch(self):
@@ -612,6 +660,7 @@ class PortalSpawner(SlurmSpawner):
         self.port_reported = False
         self.gpu_indices = {}
         self.last_end = None
+        self.stop_reason = ""
         self._port_event = asyncio.Event()
         if self.job_slice is None:
             self.load_user_options(self.user_options)
@@ -753,7 +802,7 @@ class PortalSpawner(SlurmSpawner):
         failure, its time limit, a scancel from a shell), from sacct, for the
         home page: ``last_end`` is kept in the state until the next start."""
         reason = await self.job_end_reason()
-        nodes = [n for n in (self.gpu_indices or {}) if n] or ([self.ip] if self.ip else [])
+        nodes = self._job_nodes()
         self.last_end = {
             "job_id": self.job_id,
             "nodes": nodes,
@@ -763,6 +812,25 @@ class PortalSpawner(SlurmSpawner):
         self.log.info(
             "Job %s of %s on %s is no longer in the queue: %s",
             self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
+        )  # fmt: skip
+
+    def _job_nodes(self):
+        return [n for n in (self.gpu_indices or {}) if n] or ([self.ip] if self.ip else [])
+
+    def _record_idle_end(self):
+        """A stop asked by the idle culler, for the home page: ``last_end``
+        says after how long idle (``ended_info``)."""
+        idle = self.idle_seconds()
+        self.last_end = {
+            "job_id": self.job_id,
+            "nodes": self._job_nodes(),
+            "reason": "",
+            "idle_seconds": idle,
+            "ended": datetime.now().isoformat(timespec="seconds"),
+        }
+        self.log.info(
+            "Job %s of %s stopped by the idle culler after %s idle",
+            self.job_id, self.user.name, describe_idle(idle),
         )  # fmt: skip
 
     def start_polling(self):
@@ -779,8 +847,11 @@ class PortalSpawner(SlurmSpawner):
             self.poller.unfollow(self.job_id)
 
     async def stop(self, now=False):
+        reason, self.stop_reason = self.stop_reason, ""
         if not self.job_id:
             return
+        if reason == "idle":
+            self._record_idle_end()
         try:
             await self.cancel_batch_job()
         except slurm.SlurmError as e:
@@ -840,10 +911,13 @@ class PortalSpawner(SlurmSpawner):
 
     def ended_info(self):
         """How the last session ended when neither the user nor the hub
-        stopped it, for the home page: ``{"job_id", "nodes", "reason", "why",
-        "ended"}``, or None."""
+        stopped it (or the idle culler did), for the home page: ``{"job_id",
+        "nodes", "reason", "why", "ended"}``, or None."""
         if self.job_id or not self.last_end:
             return None
+        if self.last_end.get("idle_seconds"):
+            idle = describe_idle(self.last_end["idle_seconds"])
+            return {**self.last_end, "why": f"stopped after {idle} idle"}
         reason = self.last_end.get("reason", "")
         return {**self.last_end, "why": describe_end(reason)}
 
@@ -871,7 +945,28 @@ class PortalSpawner(SlurmSpawner):
         if job and job.end and job.running:
             left = int((job.end - datetime.now()).total_seconds() // 60)
             info["time_left"] = f"{left // 60} h {left % 60:02d} min" if left > 0 else "ending"
+        info.update(self._extend_info(job))
         return info
+
+    def _extend_info(self, job):
+        """The card's time limit (Slurm's, which an extension changes) and how
+        many more hours the profile allows now (the store's ``max_hours``, as
+        ``portal.extend`` checks it): ``extend_hours``, 0 when none."""
+        limit = job.time_limit if job else None
+        if limit is None and self.job_slice:
+            limit = self.job_slice.hours * 60
+        profile = self.profile
+        if profile is not None:
+            current = [p for p in self.profiles() if p.name == profile.name]
+            profile = current[0] if current else profile
+        more = 0
+        if profile is not None and limit is not None and job is not None and job.running:
+            more = hours_left(limit, profile.max_hours)
+        return {
+            "time_limit": describe_minutes(limit) if limit is not None else "",
+            "max_hours": profile.max_hours if profile is not None else 0,
+            "extend_hours": more,
+        }
 
     # -- state -------------------------------------------------------------
 

@@ -1,9 +1,15 @@
 /**
- * TensorBoard in JupyterLab: open a folder of the file browser in TensorBoard
- * (toolbar button, context menu, launcher, command palette), and list or stop
- * the running TensorBoards in a side panel. The TensorBoards themselves are
- * run by the server extension (portal.tensorboard) behind
+ * The portal in JupyterLab.
+ *
+ * TensorBoard: open a folder of the file browser in TensorBoard (toolbar
+ * button, context menu, launcher, command palette), and list or stop the
+ * running TensorBoards in a side panel. The TensorBoards themselves are run
+ * by the server extension (portal.tensorboard) behind
  * `{base}portal/api/tensorboards`.
+ *
+ * The session: its time left and its GPUs' use in the status bar, and a
+ * notice before its Slurm job ends (`{base}portal/api/session`,
+ * `{base}portal/api/gpus`).
  */
 import {
   ILayoutRestorer,
@@ -18,10 +24,12 @@ import {
 } from '@jupyterlab/filebrowser';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ServerConnection } from '@jupyterlab/services';
+import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { absoluteUrl, startTensorBoard } from './api';
 import { tensorboardIcon } from './icon';
 import { TensorBoardPanel } from './panel';
+import { SessionStatus } from './statusbar';
 
 namespace CommandIDs {
   /** On the one folder selected in the file browser (toolbar, context menu). */
@@ -171,4 +179,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+/**
+ * The session's time left and GPU use in the status bar; the notice before
+ * its end.
+ */
+const sessionPlugin: JupyterFrontEndPlugin<void> = {
+  id: '@dsportal/tensorboard:session',
+  description:
+    "Show the session's time left and its GPUs' use in the status bar, and a notice with a link to extend it before its end.",
+  autoStart: true,
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
+    const status = new SessionStatus(app.serviceManager.serverSettings);
+    statusBar?.registerStatusItem('portal-session:time-left', {
+      item: status.timeLeft,
+      align: 'left',
+      rank: 100
+    });
+    statusBar?.registerStatusItem('portal-session:gpus', {
+      item: status.gpus,
+      align: 'left',
+      rank: 101
+    });
+  }
+};
+
+export default [plugin, sessionPlugin];

@@ -1,10 +1,12 @@
 """Spawner profiles: what a user may ask for.
 
 A profile names an environment, a partition, the most GPUs (per node),
-nodes and hours a session may have, the slice per GPU (cores, memory) and the LDAP groups that
-may use it. The spawner reads profiles through a *source* (a callable that
-returns the current list) at every form render and every spawn, so an edit
-applies at the next spawn without a restart. The hub's source is the admin
+nodes and hours a session may have, the slice per GPU (cores, memory), how
+long its sessions may idle (``idle_minutes``, 0: the site's ``[culling]``
+value) and the LDAP groups that may use it. The spawner reads profiles
+through a *source* (a callable that returns the current list) at every form
+render and every spawn, so an edit applies at the next spawn without a
+restart. The hub's source is the admin
 service's store (``portal.hub_config.StoreProfiles``).
 """
 
@@ -24,6 +26,7 @@ ENV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 NODE_MAX_GPUS = 16
 MAX_NODES = 64
 MAX_HOURS = 24 * 30
+MAX_IDLE_MINUTES = MAX_HOURS * 60
 MAX_REVISION = 2**31  # revisions are stored and compared as SQLite integers
 # The fields a profile may leave out, whose defaults are the site's [slurm]
 # values (deploy/portal.toml declares them).
@@ -50,6 +53,7 @@ class Profile:
     mem_per_gpu_gb: int = SLICE_DEFAULTS["mem_per_gpu_gb"]
     default_hours: int = SLICE_DEFAULTS["default_hours"]
     max_hours: int = SLICE_DEFAULTS["max_hours"]
+    idle_minutes: int = 0  # minutes idle before the culler stops a session; 0: the site's
     groups: tuple = field(default_factory=tuple)
     enabled: bool = True
     revision: int = 0
@@ -140,6 +144,7 @@ def profile_from_dict(data, defaults=None):
         mem_per_gpu_gb=_int(data, "mem_per_gpu_gb", 1, 4096),
         default_hours=_int(data, "default_hours", 1, MAX_HOURS),
         max_hours=_int(data, "max_hours", 1, MAX_HOURS),
+        idle_minutes=_int(data, "idle_minutes", 0, MAX_IDLE_MINUTES),
         groups=tuple(sorted(set(groups))),
         enabled=enabled,
         revision=_int({"revision": data.get("revision", 0)}, "revision", 0, MAX_REVISION),

@@ -6,7 +6,9 @@ its own store (``portal.store``). Everyone logged in to the hub may read the
 profiles offered to them and the cluster page; hub admins and holders of the
 ``custom:portal:admin`` scope (the ``portal-admin`` role, granted to the
 ``[ldap] admin_groups``) edit profiles, in pages and through the JSON API
-``/services/portal/api/profiles``.
+``/services/portal/api/profiles``. A session's owner or an admin extends its
+time limit with ``POST /services/portal/api/sessions/NAME/extend``
+(``portal.extend``).
 """
 
 ADMIN_SCOPE = "custom:portal:admin"

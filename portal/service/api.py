@@ -1,4 +1,7 @@
-"""The admin service's JSON API: ``api/profiles``, ``api/profiles/NAME`` and ``api/check``.
+"""The admin service's JSON API: ``api/profiles``, ``api/profiles/NAME``,
+``api/check``, and the sessions' time: ``api/sessions/NAME`` (how much longer
+it may run), ``api/sessions/NAME/extend`` and ``api/sessions/extensions`` (the
+audit).
 
 Errors are JSON too: ``{"error": message, "field": the field it concerns or null}``.
 """
@@ -11,6 +14,8 @@ from portal.cluster import resource_lines
 from portal.core.numbers import whole_number
 from portal.core.profiles import ProfileError
 from portal.core.slice import FieldError
+from portal.core.timelimit import ExtendError, parse_hours
+from portal.extend import may_extend
 from portal.store import Conflict, NotFound
 
 from .handlers import BaseHandler
@@ -135,3 +140,56 @@ class CheckAPI(APIHandler):
         except FieldError as e:
             return self.send({"error": str(e), "field": e.field})
         self.send({"error": None, "field": None, "lines": resource_lines(profile)})
+
+
+class SessionHandler(APIHandler):
+    """A user's session, for its owner and portal admins only: 403 for anyone
+    else, before anything about the session is told."""
+
+    @property
+    def sessions(self):
+        return self.settings["sessions"]
+
+    async def answer(self, name, operation):
+        if not may_extend(self.current_user["name"], name, self.is_admin):
+            return self.fail(403, "Only the session's owner or a portal admin may see or extend it")
+        try:
+            result = await operation()
+        except ExtendError as e:
+            return self.fail(e.status, e, e.field)
+        except FieldError as e:
+            return self.fail(400, e, e.field)
+        self.send(result)
+
+
+class SessionAPI(SessionHandler):
+    """``GET api/sessions/NAME``: the session's job, time limit and end, and how
+    many more hours its profile allows (``hours_left``)."""
+
+    @web.authenticated
+    async def get(self, name):
+        await self.answer(name, lambda: self.sessions.allowed(name))
+
+
+class SessionExtendAPI(SessionHandler):
+    """``POST api/sessions/NAME/extend`` ``{"hours": N}``: N more hours, within
+    the profile's ``max_hours``; answers with the new limit."""
+
+    @web.authenticated
+    async def post(self, name):
+        await self.answer(name, lambda: self._extend(name))
+
+    async def _extend(self, name):
+        hours = parse_hours(self.body().get("hours"))
+        return await self.sessions.extend(name, hours, self.author)
+
+
+class ExtensionsAPI(APIHandler):
+    """``GET api/sessions/extensions``: the latest extensions, newest first (admins)."""
+
+    @web.authenticated
+    def get(self):
+        if not self.is_admin:
+            return self.fail(403, "Only portal admins may read the extensions of every session")
+        user = self.get_argument("user", None)
+        self.send(self.store.extensions(user=user))

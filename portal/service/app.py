@@ -21,10 +21,11 @@ from portal import hub_config
 from portal import settings as site_settings
 from portal.cluster import ClusterSource
 from portal.core.profiles import NAME_RE
+from portal.extend import SessionExtender
 from portal.store import ProfileStore
 
 from . import api, pages
-from .operations import ProfileOperations
+from .operations import ProfileOperations, SessionOperations
 
 log = logging.getLogger("portal.service")
 
@@ -55,6 +56,9 @@ def create_application(settings=None, store=None):
         return json.loads(response.body)
 
     operations = ProfileOperations(store, cluster, settings, hub_api)
+    slurm = settings["slurm"]
+    extender = SessionExtender(store, slurm["job_name"], slurm["command_timeout"])
+    sessions = SessionOperations(extender, hub_api)
     jinja = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
@@ -76,11 +80,15 @@ def create_application(settings=None, store=None):
         (route("api/profiles"), api.ProfilesAPI),
         (route("api/profiles/([^/]+)"), api.ProfileAPI),
         (route("api/check"), api.CheckAPI),
+        (route("api/sessions/extensions"), api.ExtensionsAPI),
+        (route("api/sessions/([^/]+)"), api.SessionAPI),
+        (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
     ]
     return web.Application(
         handlers,
         hub_auth=hub_auth,
         operations=operations,
+        sessions=sessions,
         jinja=jinja,
         service_prefix=prefix,
         hub_prefix=hub_prefix,

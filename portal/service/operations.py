@@ -8,10 +8,14 @@ optimistic locking for the pages and the API.
 import re
 from pathlib import Path
 
+from tornado.httpclient import HTTPClientError
+
 from portal.cluster import check_profile
+from portal.core.idle import check_profile_idle
 from portal.core.numbers import whole_number
 from portal.core.profiles import MAX_REVISION, ProfileError, profile_from_dict
 from portal.core.slice import FieldError
+from portal.extend import USER_RE, no_session
 from portal.store import fields_of
 
 INT_FIELDS = (
@@ -21,6 +25,7 @@ INT_FIELDS = (
     "mem_per_gpu_gb",
     "default_hours",
     "max_hours",
+    "idle_minutes",
     "revision",
 )
 TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition")
@@ -92,6 +97,7 @@ class ProfileOperations:
     async def validate(self, data):
         """A Profile from ``data``, checked on its own and against the live cluster."""
         profile = profile_from_dict(data)
+        check_profile_idle(profile, self.settings["culling"])
         installed = environments(self.settings["envs"]["prefix"])
         if installed and profile.environment not in [e for e in installed if e != "hub"]:
             choices = ", ".join(e for e in installed if e != "hub")
@@ -172,3 +178,37 @@ class ProfileOperations:
                     }
                 )
         return sessions
+
+
+class SessionOperations:
+    """A user's running session as the hub knows it (its job and profile,
+    from the hub's REST API), and its extension (``portal.extend``)."""
+
+    def __init__(self, extender, hub_api):
+        self.extender = extender
+        self.hub_api = hub_api
+
+    async def session(self, name):
+        """``(job_id, profile_name)`` of ``name``'s server; ExtendError 404 when none."""
+        if not USER_RE.match(name):
+            raise no_session(name)
+        try:
+            user = await self.hub_api(f"users/{name}")
+        except HTTPClientError as e:
+            if e.code == 404:
+                raise no_session(name) from None
+            raise
+        server = (user.get("servers") or {}).get("")
+        state = (server or {}).get("state") or {}  # the service's admin:server_state
+        options = (server or {}).get("user_options") or {}
+        if not server or server.get("stopped") or not state.get("job_id"):
+            raise no_session(name)
+        return str(state["job_id"]), options.get("profile", "")
+
+    async def allowed(self, name):
+        job_id, profile = await self.session(name)
+        return await self.extender.allowed(name, job_id, profile)
+
+    async def extend(self, name, hours, actor):
+        job_id, profile = await self.session(name)
+        return await self.extender.extend(name, job_id, profile, hours, actor)

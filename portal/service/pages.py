@@ -58,6 +58,7 @@ class ProfileEditPage(BaseHandler):
     def form(self, data, new, error=None, field=None, status=200):
         blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
         blank.update(environment="", groups=[], enabled=False, max_gpus="", max_nodes=1, revision=0)
+        blank.update(idle_minutes=0)
         data = {**blank, **data}
         lines = {}
         try:
@@ -148,8 +149,9 @@ class ClusterPage(BaseHandler):
     @web.authenticated
     async def get(self):
         view = await self.ops.cluster.view()
-        sessions = []
+        sessions, extensions = [], []
         if self.is_admin:
+            extensions = self.store.extensions(limit=50)
             try:
                 sessions = await self.ops.sessions()
             except Exception as e:  # the page still shows the cluster
@@ -162,7 +164,13 @@ class ClusterPage(BaseHandler):
                 left = (job.end - now).total_seconds() if job and job.end and job.running else None
                 s["time_left"] = format_left(left)
         partitions = sorted(view.partitions.values(), key=lambda p: p.name)
-        self.render_page("cluster.html", view=view, partitions=partitions, sessions=sessions)
+        self.render_page(
+            "cluster.html",
+            view=view,
+            partitions=partitions,
+            sessions=sessions,
+            extensions=extensions,
+        )
 
 
 def format_left(seconds):

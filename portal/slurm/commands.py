@@ -9,12 +9,14 @@ command that fails or times out raises SlurmError with Slurm's own message.
 
 import asyncio
 
+from .model import format_duration
 from .parse import (
     SlurmError,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
     parse_job_id,
+    parse_running_limit,
     parse_sinfo,
     parse_squeue,
     parse_will_run,
@@ -25,7 +27,7 @@ from .parse import (
 # environment a user could otherwise read in their own processes).
 MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
-SQUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P"
+SQUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P|%l"
 SINFO_FIELDS = [
     "NodeList:128",
     "Partition:64",
@@ -123,6 +125,28 @@ async def gpu_indices(job_id, nodes, timeout):
 async def job_fields(job_id, timeout):
     """A job's fields as ``scontrol show job -o`` prints them: ``{"JobState": ...}``."""
     return parse_job_fields(await run(["scontrol", "show", "job", "-o", job_id], timeout=timeout))
+
+
+async def running_limit(job_id, username, job_name, timeout):
+    """``(limit_minutes, end)`` of ``job_id`` when it is a running job of
+    ``username`` named ``job_name`` (a session of this hub), else None. Read
+    from squeue's own fields, never from text a user may set (a job's Comment)."""
+    argv = ["squeue", "-h", "-j", job_id, "-u", username, "-n", job_name, "-t", "RUNNING",
+            "-o", "%i|%l|%e"]  # fmt: skip
+    try:
+        return parse_running_limit(await run(argv, timeout=timeout), job_id)
+    except SlurmError as e:
+        if "Invalid job id" in str(e):
+            return None
+        raise
+
+
+async def set_time_limit(job_id, minutes, timeout):
+    """Set a job's time limit (``scontrol update JobId=J TimeLimit=...``), as
+    the hub's account: lengthening a job needs Slurm operator rights
+    (``sacctmgr modify user HUB set adminlevel=Operator``, deploy/slurm.sh)."""
+    argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={format_duration(minutes)}"]
+    await run(argv, timeout=timeout)
 
 
 # -- as a user -------------------------------------------------------------

@@ -54,6 +54,7 @@ class Job:
     end: datetime | None
     gres: str
     partition: str
+    time_limit: int | None = None  # minutes (squeue's %l); None: unlimited or unknown
 
     @property
     def node(self):
@@ -118,6 +119,18 @@ class Partition:
     def largest_node(self):
         """The node with the most GPUs (ties: the most cores, then memory)."""
         return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
+
+
+def format_duration(minutes):
+    """Minutes as Slurm writes a time limit (``scontrol show job``'s
+    ``TimeLimit``), and as ``scontrol update ... TimeLimit=`` takes it.
+
+    >>> format_duration(300), format_duration(90), format_duration(1500)
+    ('05:00:00', '01:30:00', '1-01:00:00')
+    """
+    days, rest = divmod(int(minutes), 1440)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
 
 
 def parse_time(text):

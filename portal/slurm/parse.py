@@ -109,9 +109,9 @@ def parse_squeue(text):
     jobs = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 9 or not parts[0].isdigit():
+        if len(parts) != 10 or not parts[0].isdigit():
             continue
-        job_id, user, state, nodes, reason, start, end, gres, partition = parts
+        job_id, user, state, nodes, reason, start, end, gres, partition, limit = parts
         try:
             nodes = expand_hostlist(nodes)
         except ValueError:
@@ -126,6 +126,7 @@ def parse_squeue(text):
             end=parse_time(end),
             gres=gres,
             partition=partition,
+            time_limit=max_time_minutes(limit),
         )
     return jobs
 
@@ -231,16 +232,36 @@ def parse_gpu_indices(text, nodes):
     return indices
 
 
+def parse_running_limit(text, job_id):
+    """``squeue -h -j JOB -o %i|%l|%e`` output -> ``(limit_minutes, end)`` of
+    ``job_id``, or None when it is not listed; the limit is None when unlimited.
+
+    >>> parse_running_limit("42|2:00:00|2026-11-23T20:00:00", "42")
+    (120, datetime.datetime(2026, 11, 23, 20, 0))
+    >>> parse_running_limit("", "42") is None
+    True
+    """
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[0] == str(job_id):
+            return max_time_minutes(parts[1]), parse_time(parts[2])
+    return None
+
+
 def parse_job_fields(text):
     """``scontrol show job -o JOB`` output -> ``{"JobState": ..., ...}``."""
     return dict(field.split("=", 1) for field in text.split() if "=" in field)
 
 
 def max_time_minutes(text):
-    """A partition's MaxTime in minutes; None when unlimited or unknown.
+    """A partition's MaxTime or a job's TimeLimit in minutes; None when
+    unlimited or unknown.
 
     Slurm writes ``UNLIMITED``, ``infinite``, ``MM``, ``MM:SS``, ``HH:MM:SS``,
     ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+
+    >>> max_time_minutes("5:00:00"), max_time_minutes("1-02:00:00"), max_time_minutes("30:00")
+    (300, 1560, 30)
     """
     text = (text or "").strip().lower()
     if not text or text in ("unlimited", "infinite", "n/a"):

@@ -5,6 +5,11 @@ import os
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
+from portal.session.activity import ActivityReporter
+from portal.session.gpus import GPUsAPIHandler
+from portal.session.nvml import NVMLReader
+from portal.session.timeleft import SessionAPIHandler, session_settings
+
 from .handlers import TensorBoardAPIHandler, TensorBoardProxyHandler, TensorBoardsAPIHandler
 from .joblog import JOB_ID_PATTERN, JobLogHandler
 from .logdir import ID_PATTERN
@@ -43,6 +48,8 @@ class TensorBoardExtension(ExtensionApp):
             root_dir=os.path.expanduser(self.serverapp.root_dir),
             base_url=self.serverapp.base_url,
         )
+        self.gpu_reader = NVMLReader()  # the job's own GPUs, for the API and the activity rule
+        self.activity = None
 
     def initialize_handlers(self):
         kwargs = {"manager": self.manager}
@@ -52,6 +59,8 @@ class TensorBoardExtension(ExtensionApp):
                 ("portal/api/tensorboards/([^/]+)", TensorBoardAPIHandler, kwargs),
                 (f"portal/tensorboard/({ID_PATTERN})(/.*)?", TensorBoardProxyHandler, kwargs),
                 (f"portal/joblog/({JOB_ID_PATTERN})", JobLogHandler),
+                ("portal/api/session", SessionAPIHandler, session_settings(self.log)),
+                ("portal/api/gpus", GPUsAPIHandler, {"reader": self.gpu_reader}),
             ]
         )
 
@@ -60,6 +69,13 @@ class TensorBoardExtension(ExtensionApp):
         url = api_url(serverapp)
         if url:
             os.environ[API_ENV] = url
+        # busy kernels and GPUs count as activity for the hub's idle culler
+        self.activity = ActivityReporter.from_environ(serverapp, self.gpu_reader.read, log=self.log)
+        if self.activity:
+            self.activity.start()
 
     async def stop_extension(self):
+        if self.activity:
+            self.activity.stop()
+        self.gpu_reader.close()
         await self.manager.stop_all()

@@ -174,6 +174,11 @@ def test_the_hub_the_service_and_the_proxy_run_as_unprivileged_accounts(hub):
     service = [p for p in children if b"portal.service" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert service, "the admin service is not a child of the hub"
     assert {process_user(p) for p in service} == {HUB_USER}
+    culler = [
+        p for p in children if b"jupyterhub_idle_culler" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    assert culler, "the idle culler is not a child of the hub"
+    assert {process_user(p) for p in culler} == {HUB_USER}
     for name in (HUB_USER, PROXY_USER):
         entry = pwd.getpwnam(name)
         assert 0 < entry.pw_uid < 1000 and entry.pw_shell.endswith("nologin")

@@ -31,9 +31,24 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
     assert pytorch["mem_per_gpu_gb"] == 48 and pytorch["partition"] == "gpu"
     assert set(pytorch) == {
         "name", "display_name", "description", "environment", "partition", "max_gpus",
-        "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours", "groups",
-        "enabled", "revision",
+        "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
+        "idle_minutes", "groups", "enabled", "revision",
     }  # fmt: skip
+
+
+def test_a_profile_may_let_its_sessions_idle_longer_than_the_site_never_shorter(
+    portal, restore_profiles
+):
+    carol = portal("carol")
+    before = carol.profile("pytorch")
+    assert before["idle_minutes"] == 0  # the site's [culling] idle_minutes
+    r = carol.put("pytorch", idle_minutes=30, revision=before["revision"])
+    assert r.status_code == 400 and r.json()["field"] == "idle_minutes", r.text
+    assert "idle_minutes 30 is less than the site's 120" in r.json()["error"]
+    r = carol.put("pytorch", idle_minutes=480, revision=before["revision"])
+    assert r.status_code == 200 and r.json()["idle_minutes"] == 480, r.text
+    page = carol.get("profiles/pytorch").text
+    assert re.search(r'id="idle_minutes" name="idle_minutes" value="480"', page)
 
 
 def test_an_edit_applies_at_the_next_spawn(portal, login, restore_profiles):
@@ -341,4 +356,4 @@ print([p.name for p in store.profiles()], store.engine.connect().exec_driver_sql
         ["/opt/portal/envs/hub/bin/python", "-c", script], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['a'] 0002"
+    assert out.stdout.strip() == "['a'] 0004"

@@ -7,7 +7,7 @@ as the user with the jupyter environment's Python); its last line is JSON, one
 
 ``run_in_session`` runs a cell in a running session instead, as the browser
 does: a kernel started through Jupyter's REST API behind the proxy, the cell
-sent over its websocket.
+sent over its websocket; ``start_in_session`` leaves such a cell running.
 """
 
 import asyncio
@@ -53,30 +53,62 @@ async def run_in_session(server_url, token, code, timeout=120):
     ``server_url`` (``https://HOST:PORT/user/NAME/``), as the holder of the hub
     API ``token`` (scope ``access:servers``); the kernel is shut down after."""
     headers = {"Authorization": f"token {token}"}
-    r = requests.post(server_url + "api/kernels", json={}, headers=headers, timeout=60)
-    r.raise_for_status()
-    kernel = r.json()["id"]
-    ws_url = server_url.replace("https", "wss", 1) + f"api/kernels/{kernel}/channels"
-    ws = await websocket_connect(HTTPRequest(ws_url, headers=headers, ca_certs=CA_CERT))
+    kernel = _new_kernel(server_url, headers)
+    ws, msg_id = await _execute(server_url, headers, kernel, code)
     try:
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
-        content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
-        await ws.write_message(
-            json.dumps(
-                {
-                    "header": {**header, "session": uuid.uuid4().hex, "username": ""},
-                    "parent_header": {},
-                    "metadata": {},
-                    "content": content,
-                    "channel": "shell",
-                }
-            )  # fmt: skip
-        )
         return await _reply(ws, msg_id, timeout)
     finally:
         ws.close()
         requests.delete(server_url + f"api/kernels/{kernel}", headers=headers, timeout=60)
+
+
+async def start_in_session(server_url, token, code, kernel_name="python3", timeout=120):
+    """Start ``code`` in a new kernel of the session, as ``run_in_session``,
+    and leave it running: returns the kernel's id once it is busy with it,
+    with the browser's websocket closed (a tab closed on a running cell)."""
+    headers = {"Authorization": f"token {token}"}
+    kernel = _new_kernel(server_url, headers, kernel_name)
+    ws, msg_id = await _execute(server_url, headers, kernel, code)
+    try:
+        while True:
+            raw = await asyncio.wait_for(ws.read_message(), timeout)
+            if raw is None:
+                raise AssertionError("the kernel's websocket closed before it was busy")
+            msg = json.loads(raw)
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "busy":
+                return kernel
+    finally:
+        ws.close()
+
+
+def _new_kernel(server_url, headers, kernel_name=None):
+    body = {"name": kernel_name} if kernel_name else {}
+    r = requests.post(server_url + "api/kernels", json=body, headers=headers, timeout=60)
+    r.raise_for_status()
+    return r.json()["id"]
+
+
+async def _execute(server_url, headers, kernel, code):
+    """The kernel's websocket, and the id of the execute request of ``code`` sent on it."""
+    ws_url = server_url.replace("https", "wss", 1) + f"api/kernels/{kernel}/channels"
+    ws = await websocket_connect(HTTPRequest(ws_url, headers=headers, ca_certs=CA_CERT))
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
+    content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
+    await ws.write_message(
+        json.dumps(
+            {
+                "header": {**header, "session": uuid.uuid4().hex, "username": ""},
+                "parent_header": {},
+                "metadata": {},
+                "content": content,
+                "channel": "shell",
+            }
+        )  # fmt: skip
+    )
+    return ws, msg_id
 
 
 async def _reply(ws, msg_id, timeout):

@@ -8,8 +8,8 @@ from portal.slurm.parse import gpu_count, parse_sinfo, parse_squeue, parse_will_
 from spawners.poller import SlurmPoller, Snapshot
 
 SQUEUE = """\
-12|alice|RUNNING|vm|None|2026-11-22T20:00:00|2026-11-23T04:00:00|gres:gpu:2|gpu
-13|bob|PENDING||Resources|2026-11-23T04:00:00|2026-11-23T12:00:00|gres:gpu:4|gpu
+12|alice|RUNNING|vm|None|2026-11-22T20:00:00|2026-11-23T04:00:00|gres:gpu:2|gpu|8:00:00
+13|bob|PENDING||Resources|2026-11-23T04:00:00|2026-11-23T12:00:00|gres:gpu:4|gpu|8:00:00
 garbage line
 """
 
@@ -18,14 +18,14 @@ def test_parse_squeue():
     jobs = parse_squeue(SQUEUE)
     assert set(jobs) == {"12", "13"}
     assert jobs["12"].running and jobs["12"].node == "vm" and jobs["12"].nodes == ("vm",)
-    assert jobs["12"].end == datetime(2026, 11, 23, 4)
+    assert jobs["12"].end == datetime(2026, 11, 23, 4) and jobs["12"].time_limit == 480
     assert jobs["13"].pending and jobs["13"].reason == "Resources" and jobs["13"].node == ""
     assert jobs["13"].start == datetime(2026, 11, 23, 4)
     assert jobs["13"].nodes == ()
 
 
 def test_a_job_over_several_nodes_lists_them_all_and_runs_jupyter_on_the_first():
-    line = "15|alice|RUNNING|n[1-2]|None|2026-11-22T20:00:00|N/A|gres:gpu:1|gpu"
+    line = "15|alice|RUNNING|n[1-2]|None|2026-11-22T20:00:00|N/A|gres:gpu:1|gpu|2:00:00"
     job = parse_squeue(line)["15"]
     assert job.nodes == ("n1", "n2") and job.node == "n1"
     odd = parse_squeue(line.replace("n[1-2]", "n[1-x]"))["15"]
@@ -33,7 +33,7 @@ def test_a_job_over_several_nodes_lists_them_all_and_runs_jupyter_on_the_first()
 
 
 def test_a_snapshot_keeps_the_nodes_and_reads_one_of_an_older_hub():
-    jobs = parse_squeue(SQUEUE + "15|alice|RUNNING|n[1-2]|None|N/A|N/A|gres:gpu:1|gpu\n")
+    jobs = parse_squeue(SQUEUE + "15|alice|RUNNING|n[1-2]|None|N/A|N/A|gres:gpu:1|gpu|2:00:00\n")
     _, _, back, _ = snapshot_from_json(snapshot_to_json({}, jobs))
     assert back == jobs
     old = json.loads(snapshot_to_json({}, jobs))
@@ -45,7 +45,7 @@ def test_a_snapshot_keeps_the_nodes_and_reads_one_of_an_older_hub():
 
 def test_a_job_is_gone_when_unlisted_or_completing_in_a_later_successful_query():
     poller = SlurmPoller("unit-test")
-    listed = SQUEUE + "14|carol|COMPLETING|vm|None|N/A|N/A|gres:gpu:1|gpu\n"
+    listed = SQUEUE + "14|carol|COMPLETING|vm|None|N/A|N/A|gres:gpu:1|gpu|2:00:00\n"
     poller.snapshot = Snapshot(jobs=parse_squeue(listed), started=10.0, ok=True)
     assert not poller.is_gone("12", submitted=5.0)  # RUNNING
     assert not poller.is_gone("13", submitted=5.0)  # PENDING

@@ -41,7 +41,7 @@ class Runner:
         if command == "squeue":
             if self.state in ("PENDING", "RUNNING"):
                 node = self.nodes if self.state == "RUNNING" else ""
-                return f"4242|{ME}|{self.state}|{node}|None|N/A|N/A|gres:gpu:1|gpu"
+                return f"4242|{ME}|{self.state}|{node}|None|N/A|N/A|gres:gpu:1|gpu|2:00:00"
             return ""
         if command == "scancel":
             self.state = "gone"

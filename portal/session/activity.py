@@ -1,0 +1,237 @@
+"""The session's activity, as the hub's idle culler is to see it.
+
+**The rule** (``last_activity``): a session is active now while any of its
+kernels is busy (executing, even a silent ``time.sleep`` loop that sends
+nothing) or while any of its own GPUs (``portal.session.nvml``) has a
+utilisation above ``gpu_busy_percent``. Otherwise its last activity is the
+latest of: what its Jupyter server saw last (its owner's requests from
+JupyterLab, terminal input and output, a kernel's messages) and the last
+time the rule found it busy. The culler stops a session whose last activity
+is older than its idle timeout.
+
+JupyterHub's own singleuser server reports only the server's view, every
+300 s; a kernel that computes silently, or a training loop on the GPU with
+no output, looks idle to it. So the session's server runs an
+``ActivityReporter`` that samples the rule every ``PORTAL_ACTIVITY_SECONDS``
+and posts the result to the hub (``POST $JUPYTERHUB_API_URL/users/NAME/activity``
+with the server's own token), whenever it is later than its last report.
+
+**A profile's longer timeout** (``reported_activity``): the culler has one
+timeout, the site's. A session whose profile allows ``E`` more seconds idle
+(``PORTAL_IDLE_EXTRA_SECONDS``) reports ``min(now, last activity + E)``: the
+hub sees it active for ``E`` seconds after its real last activity, and the
+culler stops it ``E`` seconds after the site's timeout would have.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import ssl
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+INTERVAL_ENV = "PORTAL_ACTIVITY_SECONDS"
+GPU_BUSY_ENV = "PORTAL_GPU_BUSY_PERCENT"
+EXTRA_IDLE_ENV = "PORTAL_IDLE_EXTRA_SECONDS"
+DEFAULT_INTERVAL = 60.0
+DEFAULT_GPU_BUSY_PERCENT = 10.0
+
+log = logging.getLogger("portal.session.activity")
+
+
+def busy_reasons(kernel_states, gpu_utilizations, gpu_busy_percent):
+    """What makes the session active now, beyond its server's own view: []
+    when nothing does.
+
+    >>> busy_reasons(["idle", "busy"], [3, None], 10)
+    ['1 kernel busy']
+    >>> busy_reasons([], [55, 10], 10)
+    ['GPU utilisation 55% (above 10%)']
+    >>> busy_reasons(["idle"], [10], 10)
+    []
+    """
+    reasons = []
+    busy = sum(1 for state in kernel_states if state == "busy")
+    if busy:
+        reasons.append(f"{busy} kernel{'s' if busy > 1 else ''} busy")
+    high = [u for u in gpu_utilizations if u is not None and u > gpu_busy_percent]
+    if high:
+        shown = ", ".join(f"{u}%" for u in high)
+        reasons.append(f"GPU utilisation {shown} (above {gpu_busy_percent:g}%)")
+    return reasons
+
+
+def last_activity(
+    now, server_activity, kernel_states, gpu_utilizations, gpu_busy_percent, previous=None
+):
+    """The session's last activity at ``now`` (the rule above).
+
+    ``server_activity``: the Jupyter server's own last activity;
+    ``kernel_states``: each kernel's execution state (``"busy"``, ``"idle"``...);
+    ``gpu_utilizations``: each of the job's GPUs' utilisation in percent
+    (None: unknown); ``previous``: what this returned last time.
+    """
+    if busy_reasons(kernel_states, gpu_utilizations, gpu_busy_percent):
+        return now
+    return max(t for t in (server_activity, previous) if t is not None)
+
+
+def reported_activity(now, last_active, extra_idle_seconds=0):
+    """What the session reports to the hub: its last activity, later by the
+    ``extra_idle_seconds`` its profile allows beyond the culler's timeout,
+    never later than ``now``."""
+    return min(now, last_active + timedelta(seconds=max(0, extra_idle_seconds)))
+
+
+def isoformat(when):
+    """An aware datetime as the hub's API takes it (UTC, ``Z``)."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _number(environ, name, default):
+    try:
+        return float(environ.get(name, "") or default)
+    except ValueError:
+        log.warning("$%s=%r is not a number: %s is used", name, environ[name], default)
+        return default
+
+
+class ActivityReporter:
+    """Samples the rule every ``interval`` seconds and reports it to the hub.
+
+    ``server_activity()`` and ``kernel_states()`` come from the Jupyter server,
+    ``read_gpus()`` is ``portal.session.nvml.NVMLReader.read`` (run in a worker
+    thread). A report that fails (the hub restarting) is tried again at the
+    next sample.
+    """
+
+    def __init__(
+        self,
+        *,
+        server_activity,
+        kernel_states,
+        read_gpus,
+        activity_url,
+        token,
+        server_name="",
+        interval=DEFAULT_INTERVAL,
+        gpu_busy_percent=DEFAULT_GPU_BUSY_PERCENT,
+        extra_idle_seconds=0.0,
+        ssl_options=None,
+        log=log,
+    ):
+        self.server_activity = server_activity
+        self.kernel_states = kernel_states
+        self.read_gpus = read_gpus
+        self.activity_url = activity_url
+        self.token = token
+        self.server_name = server_name
+        self.interval = interval
+        self.gpu_busy_percent = gpu_busy_percent
+        self.extra_idle_seconds = extra_idle_seconds
+        self.ssl_options = ssl_options
+        self.log = log
+        self.last_active = None  # the rule's last result
+        self.reported = None  # the last value the hub took
+        self.reasons = []
+        self._task = None
+
+    @classmethod
+    def from_environ(cls, serverapp, read_gpus, environ=os.environ, log=log):
+        """A reporter for the Jupyter server ``serverapp``, set up from the
+        variables the hub and the spawner export; None when the server runs
+        without a hub or ``$PORTAL_ACTIVITY_SECONDS`` is 0."""
+        interval = _number(environ, INTERVAL_ENV, DEFAULT_INTERVAL)
+        token = environ.get("JUPYTERHUB_API_TOKEN", "")
+        url = environ.get("JUPYTERHUB_ACTIVITY_URL", "")
+        if not url and environ.get("JUPYTERHUB_API_URL") and environ.get("JUPYTERHUB_USER"):
+            user = quote(environ["JUPYTERHUB_USER"], safe="")
+            url = f"{environ['JUPYTERHUB_API_URL'].rstrip('/')}/users/{user}/activity"
+        if interval <= 0 or not url or not token:
+            return None
+        ssl_options = None
+        keyfile = environ.get("JUPYTERHUB_SSL_KEYFILE")
+        certfile = environ.get("JUPYTERHUB_SSL_CERTFILE")
+        if keyfile and certfile:  # the hub's internal_ssl
+            cafile = environ.get("JUPYTERHUB_SSL_CLIENT_CA")
+            ssl_options = ssl.create_default_context(cafile=cafile)
+            ssl_options.load_cert_chain(certfile, keyfile)
+        kernel_manager = serverapp.kernel_manager
+        return cls(
+            server_activity=serverapp.web_app.last_activity,
+            kernel_states=lambda: [k.get("execution_state") for k in kernel_manager.list_kernels()],
+            read_gpus=read_gpus,
+            activity_url=url,
+            token=token,
+            server_name=environ.get("JUPYTERHUB_SERVER_NAME", ""),
+            interval=interval,
+            gpu_busy_percent=_number(environ, GPU_BUSY_ENV, DEFAULT_GPU_BUSY_PERCENT),
+            extra_idle_seconds=_number(environ, EXTRA_IDLE_ENV, 0.0),
+            ssl_options=ssl_options,
+            log=log,
+        )
+
+    async def sample(self, now=None):
+        """The activity to report at ``now``, by the rule."""
+        gpus = await asyncio.get_running_loop().run_in_executor(None, self.read_gpus)
+        utilizations = [gpu["utilization"] for gpu in gpus["gpus"]]
+        states = self.kernel_states()
+        now = now or datetime.now(UTC)
+        reasons = busy_reasons(states, utilizations, self.gpu_busy_percent)
+        if reasons != self.reasons:
+            self.log.info("Session activity: %s", "; ".join(reasons) or "no kernel or GPU busy")
+            self.reasons = reasons
+        self.last_active = last_activity(
+            now,
+            self.server_activity(),
+            states,
+            utilizations,
+            self.gpu_busy_percent,
+            self.last_active,
+        )
+        return reported_activity(now, self.last_active, self.extra_idle_seconds)
+
+    async def report(self):
+        """Sample, and post the result when it is later than the last report."""
+        when = await self.sample()
+        if self.reported is not None and when <= self.reported:
+            return False
+        stamp = isoformat(when)
+        body = {"last_activity": stamp, "servers": {self.server_name: {"last_activity": stamp}}}
+        request = HTTPRequest(
+            self.activity_url,
+            method="POST",
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            body=json.dumps(body),
+            request_timeout=30,
+            ssl_options=self.ssl_options,
+        )
+        await AsyncHTTPClient().fetch(request)
+        self.reported = when
+        self.log.debug("Reported activity %s to the hub", stamp)
+        return True
+
+    async def run(self):
+        while True:
+            try:
+                await self.report()
+            except Exception as e:  # the hub restarting, NVML failing: try again next time
+                self.log.warning("Activity report to the hub failed: %s", e)
+            await asyncio.sleep(self.interval)
+
+    def start(self):
+        if self._task is None:
+            self._task = asyncio.ensure_future(self.run())
+            self.log.info(
+                "Reporting activity to the hub every %g s (GPUs busy above %g%%; %g s idle "
+                "beyond the hub's timeout)",
+                self.interval, self.gpu_busy_percent, self.extra_idle_seconds,
+            )  # fmt: skip
+
+    def stop(self):
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None

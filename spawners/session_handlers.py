@@ -1,0 +1,172 @@
+"""The session card's action on the hub's home page: extend the session.
+
+The card's form posts (with the page's XSRF token, as the Relaunch form does)
+to ``POST /hub/portal/sessions/NAME/extend`` with ``hours``; the extension
+itself is ``portal.extend``'s, the same as the admin service's API. The hub
+then waits for the shared poll to see the job's new end, and sends the
+browser back to ``/hub/home``, which shows the new time left and, once, what
+happened (a signed cookie: nothing a link from elsewhere could set).
+
+``install(store)`` puts the route in JupyterHub's handler list and the home
+page's handler in place of JupyterHub's; the hub's configuration calls it
+(``portal.hub_config.configure_spawner``), so importing this module changes
+nothing.
+"""
+
+import asyncio
+import json
+import time
+
+from jupyterhub import handlers
+from jupyterhub.handlers.base import BaseHandler
+from jupyterhub.handlers.pages import HomeHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from portal.core.timelimit import ExtendError, parse_hours
+from portal.extend import SessionExtender, may_extend, no_session
+from portal.service import ADMIN_SCOPE
+
+ROUTE = r"/portal/sessions/([^/]+)/extend"
+GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
+# Seconds the card's GPU figures may take to come from the session.
+GPUS_TIMEOUT = 5.0
+NOTICE_COOKIE = "portal-notice"
+# Seconds the redirect waits for a squeue that shows the new end.
+REFRESH_TIMEOUT = 10.0
+
+
+class PortalHomeHandler(HomeHandler):
+    """The home page, with the notice the card's last action left (shown once)."""
+
+    def render_template(self, name, sync=False, **ns):
+        if name == "home.html":
+            ns.setdefault("portal_notice", self.take_notice())
+        return super().render_template(name, sync, **ns)
+
+    def take_notice(self):
+        raw = self.get_secure_cookie(NOTICE_COOKIE, max_age_days=1)
+        if not raw:
+            return None
+        self.clear_cookie(NOTICE_COOKIE, path=self.hub.base_url)
+        try:
+            notice = json.loads(raw)
+            return {"ok": bool(notice["ok"]), "text": str(notice["text"])}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class SessionExtendHandler(BaseHandler):
+    """``POST /hub/portal/sessions/NAME/extend`` (form field ``hours``): the
+    session's owner, or an admin, adds hours within the profile's limit."""
+
+    def initialize(self, store):
+        self.store = store
+
+    @web.authenticated
+    async def post(self, user_name):
+        actor = self.current_user
+        is_admin = actor.admin or ADMIN_SCOPE in self.expanded_scopes
+        if not may_extend(actor.name, user_name, is_admin):
+            raise web.HTTPError(403, "Only the session's owner or an admin may extend it")
+        user = self.find_user(user_name)
+        spawner = user.spawner if user else None
+        try:
+            hours = parse_hours(self.get_body_argument("hours", ""))
+            if spawner is None or not spawner.active or not getattr(spawner, "job_id", ""):
+                raise no_session(user_name)
+            profile = spawner.profile.name if spawner.profile else ""
+            extender = SessionExtender(self.store, spawner.job_name, spawner.slurm_timeout)
+            result = await extender.extend(user_name, spawner.job_id, profile, hours, actor.name)
+        except ExtendError as e:
+            self.log.warning(
+                "Extension of %s's session for %s refused: %s", user_name, actor.name, e
+            )
+            notice = {"ok": False, "text": f"Not extended: {e}"}
+        else:
+            self.log.info(
+                "%s extended the session of %s (job %s) from %s to %s",
+                actor.name, user_name, result["job_id"], result["previous_time_limit"],
+                result["time_limit"],
+            )  # fmt: skip
+            await self.refresh(spawner)
+            more = "hour" if hours == 1 else "hours"
+            notice = {
+                "ok": True,
+                "text": f"Extended by {hours} {more}: the time limit is now "
+                f"{result['time_limit_text']}.",
+            }
+        self._set_cookie(
+            NOTICE_COOKIE, json.dumps(notice), path=self.hub.base_url, expires_days=None
+        )
+        self.redirect(url_path_join(self.hub.base_url, "home"), status=303)
+
+    @staticmethod
+    async def refresh(spawner):
+        """Wait (a little) for a squeue begun after the extension, so the home
+        page shows the new end rather than the last poll's."""
+        poller = spawner.poller
+        since = time.monotonic()
+        try:
+            for _ in range(2):  # a query under way began before: one more
+                await asyncio.wait_for(poller.snapshot_since(since), REFRESH_TIMEOUT)
+                if poller.snapshot.started >= since:
+                    return
+        except TimeoutError:
+            pass
+
+
+class SessionGPUsHandler(BaseHandler):
+    """``GET /hub/portal/sessions/NAME/gpus``: the session's own GPU figures
+    (``/user/NAME/portal/api/gpus``, asked with the server's own token) for
+    the card on the hub's page, to the owner or an admin. The browser cannot
+    ask the session itself from the hub's page: the session's API wants the
+    XSRF token of its own path for a script's request."""
+
+    @web.authenticated
+    async def get(self, user_name):
+        actor = self.current_user
+        if not may_extend(
+            actor.name, user_name, actor.admin or ADMIN_SCOPE in self.expanded_scopes
+        ):
+            raise web.HTTPError(403, "Only the session's owner or an admin may see its GPUs")
+        user = self.find_user(user_name)
+        spawner = user.spawner if user else None
+        self.set_header("Content-Type", "application/json")
+        if spawner is None or not spawner.ready or not spawner.server:
+            self.set_status(404)
+            self.finish(json.dumps({"gpus": [], "reason": f"{user_name} has no running session"}))
+            return
+        url = url_path_join(spawner.server.url, "portal/api/gpus")
+        try:
+            r = await AsyncHTTPClient().fetch(
+                url,
+                headers={"Authorization": f"token {spawner.api_token}"},
+                request_timeout=GPUS_TIMEOUT,
+                raise_error=False,
+            )
+            data = json.loads(r.body) if r.code == 200 else None
+        except (OSError, HTTPClientError, ValueError) as e:
+            self.log.warning("GPU figures of %s's session: %s", user_name, e)
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+            data = {"gpus": [], "reason": "the session did not answer with its GPU figures"}
+        self.finish(json.dumps({"gpus": data["gpus"], "reason": str(data.get("reason", ""))}))
+
+
+def install(store):
+    """Route the card's extension to ``SessionExtendHandler`` (with the profile
+    store ``store``) and the home page to ``PortalHomeHandler`` (idempotent).
+    Fails, and with it the hub's start, if a JupyterHub upgrade moved the home page."""
+    routes = handlers.default_handlers
+    routes[:] = [
+        (route, PortalHomeHandler if cls is HomeHandler else cls, *rest)
+        for route, cls, *rest in routes
+        if route != ROUTE
+    ]
+    if not any(cls is PortalHomeHandler for _, cls, *_ in routes):
+        raise RuntimeError("JupyterHub has no route for HomeHandler to replace")
+    routes[:] = [r for r in routes if r[0] != GPUS_ROUTE]
+    routes.append((ROUTE, SessionExtendHandler, {"store": store}))
+    routes.append((GPUS_ROUTE, SessionGPUsHandler))

@@ -1,0 +1,168 @@
+"""Idle culling on the hub's side: the [culling] settings, the culler as a
+hub service, a profile's own idle minutes, what the spawner tells the session,
+and a stop by the culler as the home page shows it."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+from traitlets.config import Config
+
+from portal import settings
+from portal.core.idle import (
+    CULLER_SERVICE,
+    check_culling,
+    check_profile_idle,
+    describe_idle,
+    session_idle_seconds,
+)
+from portal.core.profiles import Profile, ProfileError, profile_from_dict
+from portal.hub_config import configure_culling
+from spawners.spawner import PortalSpawner
+
+CULLING = settings.defaults()["culling"]
+
+
+def test_the_defaults():
+    assert CULLING == {
+        "enabled": True,
+        "idle_minutes": 120.0,
+        "every_seconds": 60,
+        "gpu_busy_percent": 10,
+        "activity_seconds": 60,
+    }
+
+
+def test_a_site_may_write_whole_or_fractional_minutes(tmp_path, monkeypatch):
+    site = tmp_path / "portal.toml"
+    monkeypatch.setenv("PORTAL_CONFIG", str(site))
+    site.write_text("[culling]\nidle_minutes = 60\n")
+    assert settings.load()["culling"]["idle_minutes"] == 60.0
+    site.write_text("[culling]\nidle_minutes = 0.5\nactivity_seconds = 5\n")
+    assert settings.load()["culling"]["idle_minutes"] == 0.5
+    site.write_text("[culling]\nidle_minutes = '2h'\n")
+    with pytest.raises(settings.SettingsError, match="idle_minutes must be float"):
+        settings.load()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"idle_minutes": 0.0}, "less than a second"),
+        ({"idle_minutes": 1.0, "activity_seconds": 60}, "activity_seconds .60. must be less"),
+        ({"every_seconds": 0}, "every_seconds must be at least 1"),
+        ({"gpu_busy_percent": 101}, "between 0 and 100"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_at_start(change, message):
+    with pytest.raises(ValueError, match=message):
+        check_culling({**CULLING, **change})
+    check_culling(CULLING)
+
+
+def hub_config(culling):
+    c = Config()
+    c.JupyterHub.services = [{"name": "portal"}]
+    c.JupyterHub.load_roles = []
+    configure_culling(c, {"culling": {**CULLING, **culling}})
+    return c
+
+
+def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
+    c = hub_config({"idle_minutes": 90.0, "every_seconds": 30})
+    culler = c.JupyterHub.services[1]
+    assert culler["name"] == CULLER_SERVICE
+    assert culler["command"][1:] == [
+        "-m",
+        "jupyterhub_idle_culler",
+        "--timeout=5400",
+        "--cull-every=30",
+    ]
+    (role,) = c.JupyterHub.load_roles
+    assert role["services"] == [CULLER_SERVICE]
+    assert set(role["scopes"]) == {
+        "list:users",
+        "read:users:activity",
+        "read:servers",
+        "delete:servers",
+    }
+    assert c.PortalSpawner.idle_timeout == 5400
+    assert c.PortalSpawner.activity_interval == 60
+
+
+def test_no_culler_when_culling_is_off():
+    c = hub_config({"enabled": False})
+    assert [s["name"] for s in c.JupyterHub.services] == ["portal"]
+    assert c.JupyterHub.load_roles == []
+    assert c.PortalSpawner.idle_timeout == 0
+
+
+def test_a_profile_may_idle_longer_than_the_site_never_shorter():
+    base = {"name": "p", "display_name": "P", "environment": "pytorch", "partition": "gpu"}
+    assert profile_from_dict(base).idle_minutes == 0
+    long = profile_from_dict({**base, "idle_minutes": 480})
+    check_profile_idle(long, CULLING)
+    with pytest.raises(ProfileError, match="idle_minutes 30 is less than the site's 120") as e:
+        check_profile_idle(dataclasses.replace(long, idle_minutes=30), CULLING)
+    assert e.value.field == "idle_minutes"
+    check_profile_idle(dataclasses.replace(long, idle_minutes=30), {**CULLING, "enabled": False})
+    for bad in (-1, "60", True, 10**7):
+        with pytest.raises(ProfileError) as e:
+            profile_from_dict({**base, "idle_minutes": bad})
+        assert e.value.field == "idle_minutes"
+    assert session_idle_seconds(7200, 480) == 28800
+    assert session_idle_seconds(7200, 0) == session_idle_seconds(7200, 30) == 7200
+    assert [describe_idle(s) for s in (7200, 28800, 5400, 600, 30)] == [
+        "2 h",
+        "8 h",
+        "1 h 30 min",
+        "10 min",
+        "30 s",
+    ]
+
+
+def spawner(profile_minutes=0):
+    c = Config()
+    c.PortalSpawner.idle_timeout = 7200
+    c.PortalSpawner.gpu_busy_percent = 20
+    s = PortalSpawner(config=c, user=SimpleNamespace(name="alice"))
+    s.profile = Profile("p", "P", "gpu", "pytorch", idle_minutes=profile_minutes)
+    return s
+
+
+def test_the_session_is_told_its_threshold_interval_and_extra_idle_time(monkeypatch):
+    monkeypatch.setattr(PortalSpawner.__mro__[1], "get_env", lambda self: {})
+    env = spawner(profile_minutes=240).get_env()
+    assert env["PORTAL_ACTIVITY_SECONDS"] == "60"
+    assert env["PORTAL_GPU_BUSY_PERCENT"] == "20"
+    assert env["PORTAL_IDLE_EXTRA_SECONDS"] == "7200"  # 4 h allowed, the culler's 2 h
+    assert spawner().get_env()["PORTAL_IDLE_EXTRA_SECONDS"] == "0"
+
+
+async def test_a_stop_by_the_culler_shows_on_the_home_page_and_cancels_the_job():
+    s = spawner()
+    s.job_id, s.ip = "4242", "n1"
+    cancelled = []
+
+    async def cancel():
+        cancelled.append(s.job_id)
+
+    s.cancel_batch_job = cancel
+    s.stop_reason = "idle"  # spawners.spawn_handlers: a DELETE by the culler
+    await s.stop(now=True)
+    s.clear_state()
+    assert cancelled == ["4242"]
+    ended = s.ended_info()
+    assert ended["why"] == "stopped after 2 h idle"
+    assert (ended["job_id"], ended["nodes"], ended["reason"]) == ("4242", ["n1"], "")
+    # kept over a hub restart, until the next start
+    restored = spawner()
+    restored.load_state(s.get_state())
+    assert restored.ended_info()["why"] == "stopped after 2 h idle"
+    # a user's own stop shows nothing
+    s = spawner()
+    s.job_id = "4243"
+    s.cancel_batch_job = cancel
+    await s.stop(now=True)
+    s.clear_state()
+    assert s.ended_info() is None and s.stop_reason == ""
