@@ -89,11 +89,12 @@ class SessionExtender:
         ``actor`` (whose right to do so the caller has checked with
         ``may_extend``). Returns the new state (``allowed``'s dict with
         ``"previous_time_limit"``); raises ExtendError, changing nothing."""
-        limit, _ = await self.limit(user, job_id)
         profile = self.profile(profile_name)
+        limit, _ = await self.limit(user, job_id)
         if limit is None:
             raise ExtendError(f"Job {job_id} has no time limit: it needs no extension")
         new = extended_limit(limit, hours, profile.max_hours, profile.display_name)
+        await self.check_slurm_caps(job_id, new)
         try:
             await slurm.set_time_limit(str(job_id), new, self.timeout)
         except slurm.SlurmError as e:
@@ -120,6 +121,23 @@ class SessionExtender:
         result = self._describe(user, job_id, profile, now_limit, end)
         result["previous_time_limit"] = format_duration(limit)
         return result
+
+    async def check_slurm_caps(self, job_id, new):
+        """The hub's account is a Slurm operator, whose ``scontrol update``
+        Slurm does not hold to the partition's MaxTime or the QOS's MaxWall:
+        they are checked here (refused when they cannot be read)."""
+        try:
+            caps = await slurm.wall_caps(str(job_id), self.timeout)
+        except slurm.SlurmError as e:
+            log.error("Could not read the time caps of job %s: %s", job_id, e)
+            raise ExtendError(f"Slurm did not say the job's time caps: {e}", status=502) from None
+        for name, cap in caps.items():
+            if cap is not None and new > cap:
+                raise ExtendError(
+                    f"{describe_minutes(new)} in all is more than Slurm's {name} allows "
+                    f"({describe_minutes(cap)})",
+                    "hours",
+                )
 
     @staticmethod
     def _describe(user, job_id, profile, limit, end):

@@ -140,19 +140,55 @@ class SessionGPUsHandler(BaseHandler):
             return
         url = url_path_join(spawner.server.url, "portal/api/gpus")
         try:
-            r = await AsyncHTTPClient().fetch(
+            # the session's own answer only: no redirect followed (the user's
+            # server could send the hub anywhere), a small body
+            r = await _relay_client().fetch(
                 url,
                 headers={"Authorization": f"token {spawner.api_token}"},
                 request_timeout=GPUS_TIMEOUT,
+                follow_redirects=False,
                 raise_error=False,
             )
             data = json.loads(r.body) if r.code == 200 else None
-        except (OSError, HTTPClientError, ValueError) as e:
+        except (OSError, HTTPClientError, ValueError, RecursionError) as e:
             self.log.warning("GPU figures of %s's session: %s", user_name, e)
             data = None
-        if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
-            data = {"gpus": [], "reason": "the session did not answer with its GPU figures"}
-        self.finish(json.dumps({"gpus": data["gpus"], "reason": str(data.get("reason", ""))}))
+        self.finish(json.dumps(gpu_figures(data)))
+
+
+GPU_KEYS = {"index", "uuid", "name", "utilization", "memory_used_mb", "memory_total_mb"}
+MAX_GPUS = 64
+MAX_RELAY_BYTES = 64 * 1024
+
+
+def _relay_client():
+    return AsyncHTTPClient(force_instance=True, max_body_size=MAX_RELAY_BYTES)
+
+
+def gpu_figures(data):
+    """What the card may show of a session's answer: at most MAX_GPUS GPUs of
+    numbers and short texts under the known keys, and a short reason.
+
+    >>> gpu_figures({"gpus": [{"index": 0, "utilization": 5, "x": "y"}], "reason": ""})
+    {'gpus': [{'index': 0, 'utilization': 5}], 'reason': ''}
+    >>> gpu_figures("junk")["gpus"]
+    []
+    """
+    unanswered = {"gpus": [], "reason": "the session did not answer with its GPU figures"}
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        return unanswered
+    gpus = []
+    for gpu in data["gpus"][:MAX_GPUS]:
+        if not isinstance(gpu, dict):
+            return unanswered
+        gpus.append(
+            {
+                key: value if isinstance(value, (int, float)) else str(value)[:80]
+                for key, value in gpu.items()
+                if key in GPU_KEYS and (value is None or isinstance(value, (int, float, str)))
+            }
+        )
+    return {"gpus": gpus, "reason": str(data.get("reason") or "")[:300]}
 
 
 def install(store):

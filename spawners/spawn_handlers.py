@@ -61,10 +61,12 @@ class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
                 spawner.stop_reason = "idle"  # read (and cleared) by PortalSpawner.stop
         try:
             await super().delete(user_name, server_name)
-        except Exception:
-            if spawner is not None:
-                spawner.stop_reason = ""  # refused: a later stop is not the culler's
-            raise
+        finally:
+            # PortalSpawner.stop takes the mark as it starts; a DELETE that
+            # started no stop (refused, the server already stopped or
+            # stopping) leaves it for nobody: a later stop is not the culler's
+            if spawner is not None and not spawner._stop_pending:
+                spawner.stop_reason = ""
 
 
 class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):

@@ -12,6 +12,7 @@ import asyncio
 from .model import format_duration
 from .parse import (
     SlurmError,
+    max_time_minutes,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
@@ -139,6 +140,26 @@ async def running_limit(job_id, username, job_name, timeout):
         if "Invalid job id" in str(e):
             return None
         raise
+
+
+async def wall_caps(job_id, timeout):
+    """Slurm's own caps on ``job_id``'s time limit, which a Slurm operator's
+    ``scontrol update`` would not enforce: ``{"partition gpu": minutes,
+    "QOS portal": minutes}`` (None: no cap). SlurmError when one cannot be read."""
+    fields = (await run(["squeue", "-h", "-j", job_id, "-o", "%P|%q"], timeout=timeout)).strip()
+    partition, _, qos = fields.partition("|")
+    if not partition or not qos:
+        raise SlurmError(f"squeue gave no partition and QOS for job {job_id}: {fields[:80]!r}")
+    part = parse_job_fields(
+        await run(["scontrol", "show", "partition", "-o", partition], timeout=timeout)
+    )
+    wall = await run(
+        ["sacctmgr", "-n", "-P", "show", "qos", qos, "format=MaxWall"], timeout=timeout
+    )
+    return {
+        f"partition {partition}": max_time_minutes(part.get("MaxTime", "")),
+        f"QOS {qos}": max_time_minutes(wall.strip().splitlines()[0] if wall.strip() else ""),
+    }
 
 
 async def set_time_limit(job_id, minutes, timeout):

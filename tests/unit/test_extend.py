@@ -3,6 +3,7 @@ messages (portal.core.timelimit), the operation (portal.extend) with Slurm's
 two commands replaced, its audit in the profile store, and what the session
 card offers. The real scontrol is exercised by tests/integration/test_extend.py."""
 
+import dataclasses
 import doctest
 import os
 import pwd
@@ -82,8 +83,15 @@ class FakeSlurm:
 
     def __init__(self, limit=120, error=None):
         self.limit, self.error, self.updates = limit, error, []
+        self.caps = {"partition gpu": 7 * 1440, "QOS portal": 1440}
+        self.calls = 0
+
+    async def wall_caps(self, job_id, timeout):
+        self.calls += 1
+        return self.caps
 
     async def running_limit(self, job_id, user, job_name, timeout):
+        self.calls += 1
         if job_id != "77" or user != "alice" or job_name != "unit-extend":
             return None
         return self.limit, datetime(2026, 11, 23, 20) + timedelta(minutes=self.limit)
@@ -108,6 +116,7 @@ def slurm(monkeypatch):
     fake = FakeSlurm()
     monkeypatch.setattr(commands, "running_limit", fake.running_limit)
     monkeypatch.setattr(commands, "set_time_limit", fake.set_time_limit)
+    monkeypatch.setattr(commands, "wall_caps", fake.wall_caps)
     return fake
 
 
@@ -143,6 +152,24 @@ async def test_a_refused_extension_changes_nothing(
     with pytest.raises(ExtendError, match=error) as e:
         await SessionExtender(store, "unit-extend").extend("alice", job_id, profile, hours, "alice")
     assert e.value.status == status
+    assert slurm.updates == [] and store.extensions() == []
+
+
+async def test_slurms_own_caps_hold_though_the_hub_is_an_operator(store, slurm):
+    """An operator's scontrol update passes the QOS's MaxWall and the
+    partition's MaxTime: the extension checks them itself."""
+    current = store.get("pytorch")
+    store.update(dataclasses.replace(current, max_hours=168), current.revision, "carol")
+    slurm.caps["QOS portal"] = 240
+    extender = SessionExtender(store, "unit-extend")
+    with pytest.raises(
+        ExtendError, match=r"5 h in all is more than Slurm's QOS portal allows \(4 h\)"
+    ):
+        await extender.extend("alice", "77", "pytorch", 3, "alice")
+    slurm.caps["QOS portal"] = None  # no cap there: the partition's holds
+    slurm.caps["partition gpu"] = 180
+    with pytest.raises(ExtendError, match="partition gpu allows"):
+        await extender.extend("alice", "77", "pytorch", 3, "alice")
     assert slurm.updates == [] and store.extensions() == []
 
 
@@ -188,4 +215,5 @@ def test_installing_the_card_handler_routes_it_and_the_home_page():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["SessionExtendHandler", "PortalHomeHandler", "1"]
+    # the card's two routes: extend, and its GPU figures
+    assert run.stdout.split() == ["SessionExtendHandler", "PortalHomeHandler", "2"]
