@@ -96,6 +96,27 @@ def test_the_owner_extends_within_the_profile_others_change_nothing(session, por
     assert row and "carol" in row.group(0) and "05:00:00 → 06:00:00" in row.group(0), page
 
 
+def test_slurms_own_caps_hold_though_the_hub_is_an_operator(restore_profiles, session, portal):
+    """Slurm does not hold an operator's scontrol update to the QOS's MaxWall
+    (1 day here): a profile that allows 48 h still gets no more than it.
+    (restore_profiles first: it removes the profile after the session ends.)"""
+    r = portal("carol").send(
+        "POST",
+        "api/profiles",
+        json={"name": "long", "display_name": "Long", "environment": "pytorch", "max_hours": 48},
+    )
+    assert r.status_code == 201, r.text
+    session("alice", profile="long", gpus=1, hours=23)
+    job_id = job_of("alice")
+    alice = portal("alice")
+    r = alice.send("POST", "api/sessions/alice/extend", json={"hours": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "25 h in all is more than Slurm's QOS portal allows (24 h)"
+    assert time_limit(job_id) == "23:00:00"
+    r = alice.send("POST", "api/sessions/alice/extend", json={"hours": 1})
+    assert r.status_code == 200 and time_limit(job_id) == "1-00:00:00", r.text
+
+
 def test_a_script_extends_with_a_token(session, login):
     alice = session("alice", profile="vision", gpus=1, hours=2)
     job_id = job_of("alice")
