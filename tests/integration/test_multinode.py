@@ -10,7 +10,7 @@ import time
 import pytest
 
 from portal.slurm.parse import expand_hostlist
-from tests.support.jobs import scontrol_job, squeue, user_jobs
+from tests.support.jobs import partition_nodes, scontrol_job, squeue, user_jobs
 from tests.support.kernelcells import run_in_session
 from tests.support.testhub import JOB_NAME
 
@@ -24,17 +24,9 @@ print(done.stdout, done.stderr)
 """
 
 
-def partition_nodes():
-    out = subprocess.run(
-        ["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return sorted(set(out.split()))
-
-
 @pytest.fixture
 def two_nodes(cluster):
-    nodes = partition_nodes()
+    nodes = partition_nodes(PARTITION)
     if len(nodes) < 2:
         pytest.skip(
             f"partition {PARTITION} has {len(nodes)} node(s) ({', '.join(nodes)}): "
@@ -115,7 +107,7 @@ def test_the_admin_api_keeps_max_nodes_within_the_partition(portal, restore_prof
     carol = portal("carol")
     current = carol.profile("distributed")
     assert current["max_nodes"] == 2
-    beyond = len(partition_nodes()) + 1
+    beyond = len(partition_nodes(PARTITION)) + 1
     r = carol.put("distributed", max_nodes=beyond, revision=current["revision"])
     assert r.status_code == 400 and r.json()["field"] == "max_nodes", r.text
     assert f"max_nodes {beyond} is more than the" in r.json()["error"]
@@ -124,7 +116,7 @@ def test_the_admin_api_keeps_max_nodes_within_the_partition(portal, restore_prof
         assert r.status_code == 400 and r.json()["field"] == "max_nodes", (bad, r.text)
     assert carol.profile("distributed")["revision"] == current["revision"]
     # the check's sbatch lines show the largest session over the nodes
-    if len(partition_nodes()) < 2:
+    if len(partition_nodes(PARTITION)) < 2:
         return  # a single-node cluster refuses max_nodes 2 itself: the lines below need two
     verdict = carol.send("POST", "api/check", json=current).json()
     assert verdict["error"] is None, verdict

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO
+from tests.support.jobs import partition_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -109,14 +110,6 @@ def smoke(cluster):
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
-def partition_nodes():
-    out = subprocess.run(
-        ["sinfo", "-h", "-N", "-p", PARTITION, "-o", "%N"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return sorted(set(out.split()))
-
-
 def last_scalars(run_dir):
     """``{tag: last value}`` of the TensorBoard scalars in ``run_dir``."""
     read = subprocess.run(
@@ -200,7 +193,7 @@ def test_benchmark_reports_fp32_and_mixed_throughput(smoke):
 
 
 def test_distributed_template_trains_one_rank_on_each_of_two_nodes(smoke):
-    nodes = partition_nodes()
+    nodes = partition_nodes(PARTITION)
     if len(nodes) < 2:
         pytest.skip(
             f"partition {PARTITION} has {len(nodes)} node(s) ({', '.join(nodes)}): the "

@@ -46,6 +46,15 @@ def cancel_test_jobs():
     subprocess.run(["scancel", "--name", JOB_NAME], check=False)
 
 
+def partition_nodes(partition):
+    """The names of the nodes of ``partition``, as sinfo lists them, sorted."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", partition, "-o", "%N"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sorted(set(out.split()))
+
+
 FILLER = f"{JOB_NAME}-filler"
 
 
