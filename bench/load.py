@@ -1,12 +1,15 @@
-"""The hub's pages under simulated users: login page, spawn page, home.
+"""The hub's pages under simulated users: login page, spawn page, home, API polls.
 
 Each simulated user logs in through LDAP (the login form, with its XSRF
 token), then, until the time is up, asks for one page after another (login
 page without cookies, as a new visitor; spawn page; home), with a think time
 of 0.5 to 1.5 s between pages, like a person clicking (hubtraf's users wait
-too). One asyncio client for all of them (aiohttp), over HTTPS with the
-portal's certificate checked, at ``localhost`` (aiohttp's cookie jar keeps no
-cookie of an IP host).
+too). Meanwhile each user's open tab polls the hub's REST API for the state of
+its server every ``POLL_SECONDS`` (``GET /hub/api/users/NAME`` with the login
+cookie and the XSRF header, as the hub's pages' scripts and a JupyterLab's
+hub menu ask it): the ``api`` figures. One asyncio client for all of them
+(aiohttp), over HTTPS with the portal's certificate checked, at ``localhost``
+(aiohttp's cookie jar keeps no cookie of an IP host).
 """
 
 import asyncio
@@ -21,6 +24,7 @@ from bench.hubs import ssl_context
 
 PAGES = {"login": "/hub/login", "spawn": "/hub/spawn", "home": "/hub/home"}
 THINK = (0.5, 1.5)
+POLL_SECONDS = 5.0  # an open tab's status poll
 
 
 async def _login(session, base, name, password):
@@ -56,8 +60,26 @@ async def _browse(base, session, anonymous, until, timings, failures):
         await asyncio.sleep(random.uniform(*THINK))
 
 
+async def _poll(base, session, name, until, timings, failures):
+    """The open tab's status poll of the hub's API, every ``POLL_SECONDS``."""
+    await asyncio.sleep(random.uniform(0, POLL_SECONDS))
+    url = base + f"/hub/api/users/{name}"
+    while time.monotonic() < until:
+        xsrf = next((c.value for c in session.cookie_jar if c.key == "_xsrf"), "")
+        start = time.perf_counter()
+        async with session.get(url, headers={"X-XSRFToken": xsrf}, allow_redirects=False) as r:
+            body = await r.read()
+            status = r.status
+        elapsed = (time.perf_counter() - start) * 1000
+        if status == 200 and b'"name"' in body:
+            timings["api"].append(elapsed)
+        else:
+            failures.append(("api", status))
+        await asyncio.sleep(POLL_SECONDS)
+
+
 async def _run(base, accounts, duration):
-    timings = {page: [] for page in PAGES}
+    timings = {page: [] for page in (*PAGES, "api")}
     failures = []
     timeout = aiohttp.ClientTimeout(total=60)
     tls = ssl_context()
@@ -75,7 +97,8 @@ async def _run(base, accounts, duration):
         )
         until = time.monotonic() + duration
         await asyncio.gather(
-            *(_browse(base, s, anonymous, until, timings, failures) for s in sessions.values())
+            *(_browse(base, s, anonymous, until, timings, failures) for s in sessions.values()),
+            *(_poll(base, s, name, until, timings, failures) for name, s in sessions.items()),
         )
     finally:
         for s in [anonymous, *sessions.values()]:

@@ -11,8 +11,9 @@ Figures (medians over repeated runs):
 - ``slurm_rpcs_per_min_1`` / ``_100`` (and ``stock_...``): slurmctld job-info RPCs
   per minute with 1 and 100 running sessions, the others' rate subtracted
   (``bench/rpcs.py``; the node advertises more GPUs meanwhile);
-- ``hub_p95_ms``: p95 latency of the login page, spawn page and home under 50
-  simulated users (``bench/load.py``);
+- ``hub_p95_ms``: p95 latency of the login page, spawn page, home and the
+  REST API's status polls under 200 simulated users (``bench/load.py``), and
+  ``hub_p95_ms_PAGE`` of each;
 - ``train_portal_vs_plain``: images/sec of the PyTorch template in a session over
   the same cells run plainly (``bench/train.py``);
 - ``tensorboard_proxy_vs_direct``: a TensorBoard scalars request through the
@@ -26,12 +27,13 @@ removed at its end.
 """
 
 import argparse
+import pwd
 import statistics
 import subprocess
 import sys
 import time
 
-from bench import hubs, load, rpcs, spawn, train, users
+from bench import hubs, load, rpcs, spawn, timeline, train, users
 from portal import settings as site_settings
 
 PARTS = ("spawn", "train", "hub", "rpcs")
@@ -59,14 +61,21 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     name = "bench001"
     portal_client = users.login(portal, name, accounts[name])
     stock_client = users.login(stock, name, accounts[name])
-    spawns, floors, stocks = [], [], []
+    home = pwd.getpwnam(name).pw_dir
+    spawns, floors, stocks, timelines = [], [], [], []
     for i in range(reps):
         spawns.append(
             spawn.spawn_ready(portal, portal_client, name, {"profile": "pytorch", "gpus": 1})
         )
+        marks = timeline.spawn_timeline(portal.state / "jupyterhub.log", home, name=name)
+        marks["ready through the proxy"] = spawns[-1]
+        timelines.append(marks)
+        say(f"spawn {i + 1}/{reps} timeline (s): {timeline.describe(marks)}")
         spawn.stop_server(portal, portal_client, name)
         portal.wait_no_jobs()
-        floors.append(spawn.floor(portal, portal_client, name))
+        running, server_start = spawn.floor(portal, portal_client, name)
+        floors.append(running + server_start)
+        say(f"floor {i + 1}/{reps}: running {running:.2f} s + server start {server_start:.2f} s")
         stocks.append(spawn.spawn_ready(stock, stock_client, name))
         spawn.stop_server(stock, stock_client, name)
         stock.wait_no_jobs()
@@ -79,6 +88,10 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     figures.add("stock_batchspawner_s", statistics.median(stocks))
     figures.add("spawn_vs_floor", figures["spawn_ready_s"] / figures["floor_s"])
     figures.add("spawn_vs_stock", figures["spawn_ready_s"] / figures["stock_batchspawner_s"])
+    events = {event for marks in timelines for event in marks}
+    medians = {e: statistics.median(m[e] for m in timelines if e in m) for e in events}
+    figures["spawn_timeline_s"] = timeline.describe(medians)
+    say(f"spawn_timeline_s (medians) = {figures['spawn_timeline_s']}")
 
 
 def train_figures(figures, portal, accounts, runs, steps):
@@ -163,7 +176,7 @@ def parse_args(argv):
     parser.add_argument("--reps", type=int, default=5, help="spawns of each kind (5)")
     parser.add_argument("--sessions", type=int, default=100, help="sessions of the load (100)")
     parser.add_argument("--window", type=float, default=60, help="seconds per RPC count (60)")
-    parser.add_argument("--users", type=int, default=50, help="simulated users (50)")
+    parser.add_argument("--users", type=int, default=200, help="simulated users (200)")
     parser.add_argument("--duration", type=float, default=45, help="seconds of browsing (45)")
     parser.add_argument("--train-runs", type=int, default=3, help="runs of each training (3)")
     parser.add_argument("--train-steps", type=int, default=200, help="steps per training (200)")

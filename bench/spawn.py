@@ -68,8 +68,9 @@ def as_user(user, argv, **kwargs):
 
 
 def floor(hub, client, name):
-    """Seconds: sbatch to RUNNING (the script's first line), plus the server's own
-    start (exec to its first answer). A token of the user's makes it a valid server."""
+    """Seconds of sbatch to RUNNING (the script's first line) and of the server's
+    own start (exec to its first answer): the floor is their sum. A token of the
+    user's makes it a valid server."""
     site = site_settings.load()
     slurm, envs = site["slurm"], site["envs"]
     job_slice = make_slice(
@@ -127,7 +128,7 @@ exec jupyterhub-singleuser --ip="$address" --port={port}
             address = f.read().strip()
         answered = wait_answer(f"http://{address}:{port}{prefix}api", mono0)
         server_start = (answered - mono0) - (executed - wall0)
-        return (running - wall0) + server_start
+        return running - wall0, server_start
     finally:
         subprocess.run(["scancel", "--name", FLOOR_JOB, "--user", name], check=False)
         client.api("DELETE", f"/users/{name}/tokens/{r.json()['id']}")

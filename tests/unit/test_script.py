@@ -13,7 +13,7 @@ def render(**overrides):
         environment="/opt/portal/envs/jupyter",
         templates="/opt/portal/notebook_templates",
         shared_data="/srv/portal/datasets",
-        cmd=["/opt/portal/envs/jupyter/bin/batchspawner-singleuser", "jupyterhub-singleuser"],
+        cmd=["/opt/portal/envs/jupyter/bin/portal-session", "jupyterhub-singleuser"],
     )
     values.update(overrides)
     return render_batch_script(**values)
@@ -23,9 +23,7 @@ def test_script_activates_environment_and_execs_command():
     script = render()
     assert script.startswith("#!/bin/bash\n")
     assert "source /opt/portal/envs/jupyter/bin/activate" in script
-    assert (
-        "exec /opt/portal/envs/jupyter/bin/batchspawner-singleuser jupyterhub-singleuser" in script
-    )
+    assert "exec /opt/portal/envs/jupyter/bin/portal-session jupyterhub-singleuser" in script
     assert "OMP_NUM_THREADS=$threads" in script
 
 
@@ -72,7 +70,10 @@ def test_session_environment_is_exported_and_log_opened(tmp_path):
     script = render(env={"JUPYTERHUB_API_TOKEN": "it's $secret"}, log_dir=str(log_dir))
     head = script.split("# Thread pools", 1)[0] + 'echo "token=$JUPYTERHUB_API_TOKEN"\n'
     subprocess.run(["bash", "-c", head], env={"SLURM_JOB_ID": "42"}, check=True)
-    assert (log_dir / "jupyter-42.log").read_text() == "token=it's $secret\n"
+    lines = (log_dir / "jupyter-42.log").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("portal: timeline ")] == [
+        "token=it's $secret"
+    ]
     assert oct(log_dir.stat().st_mode & 0o777) == "0o700"
 
 
@@ -102,6 +103,7 @@ def test_landing_copies_templates_without_overwriting(tmp_path):
     home.mkdir()
     script = render(templates=str(src), shared_data=str(tmp_path / "data"))
     landing = script.split("# Landing folder", 1)[1].split("\n", 1)[1].split("source ")[0]
+    landing += "\nwait\n"  # the copy runs in the background, beside Jupyter's start
     run = lambda: subprocess.run(["bash", "-ec", landing], env={"HOME": str(home)}, check=True)  # noqa: E731
     run()
     assert (home / "templates" / "pytorch" / "a.ipynb").read_text() == "v1"
@@ -114,3 +116,23 @@ def test_landing_copies_templates_without_overwriting(tmp_path):
     assert (home / "templates" / "pytorch" / "a.ipynb").read_text() == "edited"
     assert (home / "templates" / "mine.ipynb").read_text() == "mine"
     assert (home / "templates" / "tensorflow" / "b.ipynb").read_text() == "new"
+
+
+def test_a_failed_landing_copy_is_logged_and_the_session_goes_on(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.ipynb").write_text("v1")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "templates").write_text("a file where the folder should be")
+    script = render(templates=str(src), shared_data="")
+    landing = script.split("# Landing folder", 1)[1].split("\n", 1)[1].split("source ")[0]
+    result = subprocess.run(
+        ["bash", "-ec", landing + "\nwait\necho went on\n"],
+        env={"HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip().endswith("went on")
+    assert f"portal: copying the templates into {home}/templates failed" in result.stderr

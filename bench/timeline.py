@@ -1,0 +1,62 @@
+"""Where a portal spawn's time goes: one timeline from the hub's log and the job's.
+
+The spawner logs ``Spawn timeline of NAME, job ID, began at WALL: EVENT T s, ...``
+once the server answers (``spawners.spawner.PortalSpawner.start``), and the batch
+script writes ``portal: timeline EVENT EPOCH`` marks into the job's log, where
+Jupyter Server's own lines follow (``... is running at:``). Every mark becomes
+seconds since the spawner's ``start`` began, on one clock (the login node and the
+compute nodes share this host's).
+"""
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+HUB_LINE = re.compile(r"Spawn timeline of (\S+), job (\d+), began at ([0-9.]+): (.*)$")
+HUB_EVENT = re.compile(r"([a-zA-Z ]+) ([0-9.]+) s")
+JOB_MARK = re.compile(r"^portal: timeline (\w+) ([0-9.]+)$", re.M)
+JUPYTER_UP = re.compile(
+    r"^\[I (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ServerApp\] Jupyter Server .* is running at",
+    re.M,
+)
+
+# the order a spawn goes through, for printing
+ORDER = (
+    "submitted", "script", "activate", "exec", "port reported", "running seen",
+    "GPU indices", "jupyter listening", "answered", "ready through the proxy",
+)  # fmt: skip
+
+
+def spawn_timeline(hub_log, home, log_dir=".portal/logs", name=None):
+    """``{event: seconds}`` of the last spawn in ``hub_log`` (of ``name``), with
+    the job's marks from its log in ``home``/``log_dir``; {} if none is logged."""
+    lines = Path(hub_log).read_text(errors="replace").splitlines()
+    match = None
+    for line in reversed(lines):
+        match = HUB_LINE.search(line)
+        if match and (name is None or match.group(1) == name):
+            break
+        match = None
+    if not match:
+        return {}
+    _, job_id, began, events = match.groups()
+    began = float(began)
+    timeline = {event.strip(): float(t) for event, t in HUB_EVENT.findall(events)}
+    job_log = Path(home) / log_dir / f"jupyter-{job_id}.log"
+    try:
+        text = job_log.read_text(errors="replace")
+    except OSError:
+        return timeline
+    for event, epoch in JOB_MARK.findall(text):
+        timeline[event] = float(epoch) - began
+    up = JUPYTER_UP.search(text)
+    if up:
+        when = datetime.strptime(up.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        timeline["jupyter listening"] = when - began
+    return timeline
+
+
+def describe(timeline):
+    """One line: the events in spawn order with their seconds."""
+    known = [e for e in ORDER if e in timeline] + [e for e in timeline if e not in ORDER]
+    return ", ".join(f"{event} {timeline[event]:.2f}" for event in known)

@@ -1,0 +1,156 @@
+"""The session's launcher (``portal-session``): its port report, made early and cheap."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+
+import pytest
+
+from portal.session import launch
+
+
+def test_the_service_url_gets_the_chosen_port():
+    url = "http://10.200.0.2:0/user/alice/"
+    assert launch.with_port(url, 41234) == "http://10.200.0.2:41234/user/alice/"
+
+
+def test_the_report_is_the_port_alone_with_the_token_in_a_header():
+    request = launch.report_request("http://10.200.0.1:8081/hub/api/", "s3cret", 41234)
+    assert request.full_url == "http://10.200.0.1:8081/hub/api/batchspawner"
+    assert request.get_method() == "POST"
+    assert json.loads(request.data) == {"port": 41234}
+    assert request.get_header("Authorization") == "token s3cret"
+    assert "s3cret" not in request.full_url
+
+
+def test_a_free_port_is_unprivileged():
+    assert 1024 <= launch.free_port() <= 65535
+
+
+def refusing(code, calls):
+    def opener(request, timeout):
+        calls.append(request)
+        raise urllib.error.HTTPError(request.full_url, code, "no", {}, io.BytesIO(b"refused"))
+
+    return opener
+
+
+def test_a_refused_report_is_final_and_says_why():
+    calls = []
+    reason = launch.report(object.__new__(_Request), opener=refusing(403, calls))
+    assert len(calls) == 1
+    assert reason == "the hub answered 403: refused"
+
+
+def test_an_unreachable_hub_is_tried_again_then_given_up(monkeypatch):
+    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+    calls = []
+
+    def opener(request, timeout):
+        calls.append(request)
+        raise ConnectionRefusedError("Connection refused")
+
+    reason = launch.report(object.__new__(_Request), tries=3, opener=opener)
+    assert len(calls) == 3
+    assert reason.startswith("the hub could not be reached")
+
+
+def test_a_hub_error_then_success_is_a_report(monkeypatch):
+    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+    calls = []
+
+    def opener(request, timeout):
+        calls.append(request)
+        if len(calls) == 1:
+            raise urllib.error.HTTPError("u", 502, "bad gateway", {}, io.BytesIO(b""))
+        return io.BytesIO(b"{}")
+
+    assert launch.report(object.__new__(_Request), opener=opener) is None
+    assert len(calls) == 2
+
+
+class _Request:
+    full_url = "http://hub/hub/api/batchspawner"
+
+
+def test_the_launcher_reports_before_any_heavy_import():
+    """batchspawner's wrapper imports JupyterHub's service auth (SQLAlchemy,
+    Alembic: half a second) before it reports; ours imports none of it."""
+    code = (
+        "import sys, portal.session.launch\n"
+        "heavy = {'jupyterhub', 'requests', 'sqlalchemy', 'tornado', 'traitlets'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_missing_hub_variables_end_it_with_a_clear_message():
+    env = {"PATH": os.environ["PATH"]}
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.session.launch", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode != 0
+    assert "JUPYTERHUB_API_URL is not set" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["no-such-command-here"]])
+def test_a_bad_command_line_is_refused(argv):
+    result = subprocess.run(
+        [sys.executable, "-m", "portal.session.launch", *argv], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "portal-session" in result.stderr
+
+
+def test_a_refused_report_ends_the_server_with_the_reason(tmp_path):
+    """A real launcher process whose hub refuses the report: the command
+    (here a long sleep) is ended at once, the reason is in its log."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append((self.path, self.headers["Authorization"], self.rfile.read(11)))
+            self.send_response(403)
+            self.end_headers()
+            self.wfile.write(b"This token belongs to no starting portal server")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sleeper = tmp_path / "slow-server"  # a server that would start for a minute
+        sleeper.write_text("import time\ntime.sleep(60)\n")
+        sleeper.chmod(0o755)
+        env = {
+            "PATH": f"{tmp_path}:{os.environ['PATH']}",
+            "JUPYTERHUB_API_URL": f"http://127.0.0.1:{server.server_port}/hub/api",
+            "JUPYTERHUB_API_TOKEN": "t0ken",
+            "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:0/user/alice/",
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "portal.session.launch", "slow-server"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "the port report failed, ending the session: the hub answered 403" in result.stderr
+    assert seen[0][:2] == ("/hub/api/batchspawner", "token t0ken")
