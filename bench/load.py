@@ -3,11 +3,15 @@
 Each simulated user logs in through LDAP (the login form, with its XSRF
 token), then, until the time is up, asks for one page after another (login
 page without cookies, as a new visitor; spawn page; home), with a think time
-of 0.5 to 1.5 s between pages, like a person clicking (hubtraf's users wait
-too). Meanwhile each user's open tab polls the hub's REST API for the state of
-its server every ``POLL_SECONDS`` (``GET /hub/api/users/NAME`` with the login
-cookie and the XSRF header, as the hub's pages' scripts and a JupyterLab's
-hub menu ask it): the ``api`` figures. One asyncio client for all of them
+between pages: ``THINK``, 2 to 8 s (5 s on average: a person reads a page
+before the next click; load-testing practice puts 5 to 10 s). Meanwhile each
+user's open tab polls the hub's REST API for the state of its server every
+``POLL_SECONDS``, 10 s, JupyterLab's own polling interval (``GET
+/hub/api/users/NAME`` with the login cookie and the XSRF header, as the hub's
+pages' scripts ask it): the ``api`` figures. ``STRESS_THINK``, 0.5 to 1.5 s
+between pages (the first round's figure, at 50 users), is the same users
+clicking ten times as fast: the hub's limit, not a site's day. One asyncio
+client for all of them
 (aiohttp), over HTTPS with the portal's certificate checked, at ``localhost``
 (aiohttp's cookie jar keeps no cookie of an IP host).
 """
@@ -23,8 +27,9 @@ import aiohttp
 from bench.hubs import ssl_context
 
 PAGES = {"login": "/hub/login", "spawn": "/hub/spawn", "home": "/hub/home"}
-THINK = (0.5, 1.5)
-POLL_SECONDS = 5.0  # an open tab's status poll
+THINK = (2.0, 8.0)  # seconds between a user's pages
+STRESS_THINK = (0.5, 1.5)
+POLL_SECONDS = 10.0  # an open tab's status poll
 
 
 async def _login(session, base, name, password):
@@ -39,10 +44,10 @@ async def _login(session, base, name, password):
             raise RuntimeError(f"login of {name} answered {r.status}")
 
 
-async def _browse(base, session, anonymous, until, timings, failures):
+async def _browse(base, session, anonymous, until, timings, failures, think):
     pages = list(PAGES)
     random.shuffle(pages)
-    await asyncio.sleep(random.uniform(*THINK))
+    await asyncio.sleep(random.uniform(*think))
     i = 0
     while time.monotonic() < until:
         page = pages[i % len(pages)]
@@ -57,12 +62,12 @@ async def _browse(base, session, anonymous, until, timings, failures):
             timings[page].append(elapsed)
         else:
             failures.append((page, status))
-        await asyncio.sleep(random.uniform(*THINK))
+        await asyncio.sleep(random.uniform(*think))
 
 
-async def _poll(base, session, name, until, timings, failures):
-    """The open tab's status poll of the hub's API, every ``POLL_SECONDS``."""
-    await asyncio.sleep(random.uniform(0, POLL_SECONDS))
+async def _poll(base, session, name, until, timings, failures, every):
+    """The open tab's status poll of the hub's API, every ``every`` seconds."""
+    await asyncio.sleep(random.uniform(0, every))
     url = base + f"/hub/api/users/{name}"
     while time.monotonic() < until:
         xsrf = next((c.value for c in session.cookie_jar if c.key == "_xsrf"), "")
@@ -75,10 +80,10 @@ async def _poll(base, session, name, until, timings, failures):
             timings["api"].append(elapsed)
         else:
             failures.append(("api", status))
-        await asyncio.sleep(POLL_SECONDS)
+        await asyncio.sleep(every)
 
 
-async def _run(base, accounts, duration):
+async def _run(base, accounts, duration, think, poll):
     timings = {page: [] for page in (*PAGES, "api")}
     failures = []
     timeout = aiohttp.ClientTimeout(total=60)
@@ -97,8 +102,11 @@ async def _run(base, accounts, duration):
         )
         until = time.monotonic() + duration
         await asyncio.gather(
-            *(_browse(base, s, anonymous, until, timings, failures) for s in sessions.values()),
-            *(_poll(base, s, name, until, timings, failures) for name, s in sessions.items()),
+            *(
+                _browse(base, s, anonymous, until, timings, failures, think)
+                for s in sessions.values()
+            ),
+            *(_poll(base, s, n, until, timings, failures, poll) for n, s in sessions.items()),
         )
     finally:
         for s in [anonymous, *sessions.values()]:
@@ -110,6 +118,8 @@ def p95(values):
     return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else 0.0
 
 
-def hub_latency(hub, accounts, duration):
-    """{page: [ms, ...]} and the failed requests, for ``len(accounts)`` simulated users."""
-    return asyncio.run(_run(hub.localhost_url, accounts, duration))
+def hub_latency(hub, accounts, duration, think=THINK, poll=POLL_SECONDS):
+    """{page: [ms, ...]} and the failed requests, for ``len(accounts)`` simulated
+    users with ``think`` seconds (low, high) between pages and a status poll
+    every ``poll`` seconds."""
+    return asyncio.run(_run(hub.localhost_url, accounts, duration, think, poll))

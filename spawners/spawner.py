@@ -148,9 +148,10 @@ class PortalSpawner(SlurmSpawner):
     ).tag(config=True)
     groups_ttl = Float(
         60.0,
-        help="""Seconds a user's groups, as NSS resolves them, are kept for the
-        spawn page and the profile check. A group change in LDAP applies after
-        at most this long. 0: look them up every time. Default 60.""",
+        help="""Seconds a user's passwd entry and groups, as NSS resolves them,
+        are kept for the spawn page, the profile check and the submission. A
+        change in LDAP (a group, a uid, a home) applies after at most this
+        long. 0: look them up every time. Default 60.""",
     ).tag(config=True)
     answer_interval = Float(
         0.05,
@@ -349,29 +350,37 @@ class PortalSpawner(SlurmSpawner):
                 )
         return profiles
 
-    def account(self):
-        """The user's passwd entry (LDAP, through NSS), or an error that says what to check."""
+    # user name -> (monotonic time, passwd entry, groups), shared by the hub's spawners
+    _accounts_seen = {}
+
+    def _looked_up(self):
+        """The user's passwd entry and groups (LDAP, through NSS), looked up at
+        most every ``groups_ttl`` seconds: each NSS lookup through nslcd blocks
+        the hub's one thread for milliseconds, and the spawn page needs both at
+        every render. An unknown account is an error that says what to check
+        (and is not kept)."""
+        seen = self._accounts_seen.get(self.user.name)
+        if seen and time.monotonic() - seen[0] < self.groups_ttl:
+            return seen
         try:
-            return pwd.getpwnam(self.user.name)
+            entry = pwd.getpwnam(self.user.name)
         except KeyError:
             raise web.HTTPError(
                 500,
                 f"The account {self.user.name} is not known as a Unix user on the hub: "
                 "check that LDAP users resolve (getent passwd).",
             ) from None
+        seen = (time.monotonic(), entry, unix_groups(entry))
+        self._accounts_seen[self.user.name] = seen
+        return seen
 
-    _groups_seen = {}  # user name -> (monotonic time, groups), shared by the hub's spawners
+    def account(self):
+        """The user's passwd entry."""
+        return self._looked_up()[1]
 
     def user_groups(self):
-        """The user's Unix/LDAP groups, looked up at most every ``groups_ttl``
-        seconds: an NSS group lookup through nslcd takes milliseconds on the
-        hub's one thread, and the spawn page needs it at every render."""
-        seen = self._groups_seen.get(self.user.name)
-        if seen and time.monotonic() - seen[0] < self.groups_ttl:
-            return seen[1]
-        groups = unix_groups(self.account())
-        self._groups_seen[self.user.name] = (time.monotonic(), groups)
-        return groups
+        """The user's Unix/LDAP groups."""
+        return self._looked_up()[2]
 
     def check_account(self):
         """Refuse, with ProfileError, an account that may not run sessions: a
