@@ -9,6 +9,9 @@ Jupyter server proxies to it behind its own login.
     python -m portal.tensorboard.serve --logdir DIR --socket PATH \\
         --path_prefix /user/NAME/portal/tensorboard/ID
 
+Its page's font URLs are made relative (``page.py``): TensorBoard gives them
+from the site's root, which under the prefix is not TensorBoard.
+
 Data is loaded by TensorBoard's Python loader (``--load_fast=false``): the
 fast loader is a separate ``tensorboard_data_server`` process that answers on
 a TCP port of its own.
@@ -25,6 +28,8 @@ from urllib.parse import quote
 
 from tensorboard import program, version
 from werkzeug import serving
+
+from .page import relative_font_urls
 
 PR_SET_PDEATHSIG = 1
 
@@ -91,7 +96,8 @@ def main(argv=None):
     servers = []
 
     def make_server(wsgi_app, flags):
-        servers.append(UnixSocketServer(wsgi_app, flags, args.socket))
+        app = relative_font_urls(wsgi_app, flags.path_prefix)
+        servers.append(UnixSocketServer(app, flags, args.socket))
         return servers[-1]
 
     tensorboard = program.TensorBoard(server_class=make_server)

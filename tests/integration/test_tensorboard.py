@@ -13,6 +13,7 @@ import re
 import statistics
 import subprocess
 import time
+from urllib.parse import urljoin
 
 import pytest
 import requests
@@ -182,6 +183,12 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     page = alice.session.get(url, timeout=60)
     assert page.status_code == 200, page.text[:500]
     assert "<title>TensorBoard</title>" in page.text and "<tb-webapp" in page.text
+    # its fonts, which TensorBoard's page names from the site's root, come from it too
+    fonts = re.findall(r"url\(([^)]+\.woff2)\)", page.text)
+    assert fonts and all(not font.startswith("/") for font in fonts), fonts[:3]
+    font = alice.session.get(urljoin(url, fonts[0]), allow_redirects=False, timeout=60)
+    assert font.status_code == 200, f"{fonts[0]}: {font.status_code}"
+    assert font.headers["Content-Type"] == "font/woff2"
     tags = alice.session.get(url + "data/plugin/scalars/tags", timeout=60)
     assert tags.status_code == 200
     assert set(TAGS) <= set(tags.json()[run]), tags.text
