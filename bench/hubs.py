@@ -45,6 +45,18 @@ PROFILES = (
     PYTORCH_PROFILE
     + """
 [[profiles]]
+name = "tensorflow"
+display_name = "TensorFlow"
+environment = "tensorflow"
+max_gpus = 4
+
+[[profiles]]
+name = "mxnet"
+display_name = "MXNet"
+environment = "mxnet"
+max_gpus = 2
+
+[[profiles]]
 name = "lite"
 display_name = "Load test"
 description = "One GPU, one core, 1 GB: the sessions of the Slurm load figures"

@@ -14,6 +14,7 @@ the cluster.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -62,61 +63,90 @@ def images_per_sec(text):
 # -- in the session --------------------------------------------------------
 
 
-def _message(code, session):
+def _message(msg_type, content, session):
     return {
         "header": {
             "msg_id": uuid.uuid4().hex,
             "username": "bench",
             "session": session,
-            "msg_type": "execute_request",
+            "msg_type": msg_type,
             "version": "5.3",
             "date": datetime.now(UTC).isoformat(),
         },
         "parent_header": {},
         "metadata": {},
-        "content": {
+        "content": content,
+        "channel": "shell",
+        "buffers": [],
+    }
+
+
+class KernelSocket:
+    """The websocket of a kernel of a session: requests on its shell channel,
+    as a notebook's tab sends them (``bench/firstcell.py`` times them too)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.session = uuid.uuid4().hex
+
+    async def request(self, msg_type, content, timeout):
+        """Send the shell request ``msg_type``: its reply's content and what it
+        printed meanwhile; an error it shows raises ``RuntimeError``."""
+        msg = _message(msg_type, content, self.session)
+        await self.ws.send_json(msg)
+        msg_id = msg["header"]["msg_id"]
+        printed = []
+        while True:
+            reply = await asyncio.wait_for(self.ws.receive_json(), timeout)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, body = reply["msg_type"], reply["content"]
+            if kind == "stream":
+                printed.append(body["text"])
+            elif kind == "error":
+                raise RuntimeError(f"{body['ename']}: {body['evalue']}")
+            elif kind == msg_type.replace("_request", "_reply"):
+                return body, "".join(printed)
+
+    async def execute(self, code, timeout):
+        """Run ``code``: its execute_reply's content and what it printed."""
+        content = {
             "code": code,
             "silent": False,
             "store_history": False,
             "user_expressions": {},
             "allow_stdin": False,
             "stop_on_error": True,
-        },
-        "channel": "shell",
-        "buffers": [],
-    }
+        }
+        return await self.request("execute_request", content, timeout)
 
 
-async def _run_in_kernel(server_url, token, code_cells, timeout):
+@contextlib.asynccontextmanager
+async def session_kernel(server_url, token, kernel_name):
+    """A new ``kernel_name`` kernel of the session at ``server_url``
+    (``https://HOST:PORT/user/NAME/``), started through the server's REST API as
+    the holder of ``token``, as a ``KernelSocket``; shut down on exit."""
     headers = {"Authorization": f"token {token}"}
     connector = aiohttp.TCPConnector(ssl=ssl_context())
     async with aiohttp.ClientSession(headers=headers, connector=connector) as http:
-        async with http.post(server_url + "api/kernels", json={"name": "pytorch"}) as r:
+        async with http.post(server_url + "api/kernels", json={"name": kernel_name}) as r:
             r.raise_for_status()
             kernel = await r.json()
         ws_url = server_url.replace("http", "ws", 1) + f"api/kernels/{kernel['id']}/channels"
-        output = []
         try:
             async with http.ws_connect(ws_url, max_msg_size=0) as ws:
-                session = uuid.uuid4().hex
-                for code in code_cells:
-                    msg = _message(code, session)
-                    await ws.send_json(msg)
-                    msg_id = msg["header"]["msg_id"]
-                    while True:
-                        reply = await asyncio.wait_for(ws.receive_json(), timeout)
-                        if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                            continue
-                        kind, content = reply["msg_type"], reply["content"]
-                        if kind == "stream":
-                            output.append(content["text"])
-                        elif kind == "error":
-                            raise RuntimeError(f"{content['ename']}: {content['evalue']}")
-                        elif kind == "execute_reply":
-                            break
+                yield KernelSocket(ws)
         finally:
             async with http.delete(server_url + f"api/kernels/{kernel['id']}"):
                 pass
+
+
+async def _run_in_kernel(server_url, token, code_cells, timeout):
+    output = []
+    async with session_kernel(server_url, token, "pytorch") as kernel:
+        for code in code_cells:
+            _, printed = await kernel.execute(code, timeout)
+            output.append(printed)
     return "".join(output)
 
 
@@ -159,21 +189,46 @@ def plainly(user, code_cells, threads, timeout=600):
 # -- TensorBoard ----------------------------------------------------------------
 
 
-def tensorboard_times(server_url, target, user, token, requests_count=20):
-    """Median seconds of one scalars request: through the proxy, to the session's
-    server (``target``, the proxy's route: no proxy hop), direct on TensorBoard's socket;
-    and, for where the time goes, of the server's smallest authenticated answer
-    (``api/status``, no TensorBoard), through the proxy and to the server."""
-    headers = {"Authorization": f"token {token}"}
+def start_tensorboard(server_url, token):
+    """The session's TensorBoard of ``FOLDER/logs``, started through its API: its model."""
     r = requests.post(
         server_url + "portal/api/tensorboards",
         json={"logdir": f"{FOLDER}/logs"},
-        headers=headers,
+        headers={"Authorization": f"token {token}"},
         timeout=120,
         verify=CA_CERT,
     )
     r.raise_for_status()
-    tb = r.json()
+    return r.json()
+
+
+def stop_tensorboard(server_url, token, tb):
+    requests.delete(
+        server_url + f"portal/api/tensorboards/{tb['id']}",
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+        verify=CA_CERT,
+    )
+
+
+def session_tensorboard(user):
+    """``(pid, argv)`` of the user's one TensorBoard (``portal.tensorboard.serve``)."""
+    pids = subprocess.run(
+        ["pgrep", "-u", user, "-f", "portal.tensorboard.serve"], capture_output=True, text=True
+    ).stdout.split()
+    if len(pids) != 1:
+        raise RuntimeError(f"{user} runs {len(pids)} TensorBoards of the portal, not one")
+    with open(f"/proc/{pids[0]}/cmdline", "rb") as f:
+        return int(pids[0]), f.read().decode().rstrip("\0").split("\0")
+
+
+def tensorboard_times(server_url, target, user, token, tb, requests_count=20):
+    """Median seconds of one scalars request to the TensorBoard ``tb``: through the
+    proxy, to the session's server (``target``, the proxy's route: no proxy hop),
+    direct on TensorBoard's socket; and, for where the time goes, of the server's
+    smallest authenticated answer (``api/status``, no TensorBoard), through the
+    proxy and to the server."""
+    headers = {"Authorization": f"token {token}"}
     base = server_url.split("/user/")[0]
     url = base + tb["url"]
     tags = requests.get(
@@ -182,12 +237,8 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
     tags.raise_for_status()
     run = sorted(run for run, run_tags in tags.json().items() if "train/loss" in run_tags)[-1]
     query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
-    cmdline = subprocess.run(
-        ["pgrep", "-u", user, "-f", "-a", "portal.tensorboard.serve"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
+    _, argv = session_tensorboard(user)
+    socket_path = argv[argv.index("--socket") + 1]
     auth = ("-H", f"Authorization: token {token}")
     proxy = ("--cacert", CA_CERT, *auth)  # the proxy's HTTPS, checked
     status = server_url[len(base) :] + "api/status"  # /user/NAME/api/status
@@ -200,12 +251,6 @@ def tensorboard_times(server_url, target, user, token, requests_count=20):
         )
         status_proxied.append(curl_seconds(*proxy, base + status))
         status_server.append(curl_seconds(*auth, target + status))
-    requests.delete(
-        server_url + f"portal/api/tensorboards/{tb['id']}",
-        headers=headers,
-        timeout=30,
-        verify=CA_CERT,
-    )
     return tuple(
         statistics.median(t) for t in (proxied, server, direct, status_proxied, status_server)
     )
