@@ -14,7 +14,7 @@ from pathlib import Path
 
 HUB_LINE = re.compile(r"Spawn timeline of (\S+), job (\d+), began at ([0-9.]+): (.*)$")
 HUB_EVENT = re.compile(r"([a-zA-Z ]+) ([0-9.]+) s")
-JOB_MARK = re.compile(r"^portal: timeline (\w+) ([0-9.]+)$", re.M)
+JOB_MARK = re.compile(r"^portal: timeline (\w+) (\d+\.\d+)$", re.M)
 JUPYTER_UP = re.compile(
     r"^\[I (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ServerApp\] Jupyter Server .* is running at",
     re.M,

@@ -4,7 +4,8 @@ batchspawner's handler at ``/hub/api/batchspawner`` sets every spawner
 attribute named in the JSON it gets, checked only by the server's own token: a
 user could set, say, the command the hub runs next. This one accepts
 ``{"port": N}`` and nothing else, with N a valid unprivileged port, once per
-spawn, for the spawner that owns the token, while that spawner is starting.
+spawn, for the spawner that owns the token, while that spawner is starting (a
+repeat of the same port is answered 200 and changes nothing).
 ``install()`` replaces batchspawner's entry in the hub's API handlers; the
 hub's configuration calls it (``portal.hub_config.configure_spawner``), so
 importing this module changes nothing.
@@ -35,6 +36,10 @@ class PortReportHandler(APIHandler):
         except web.HTTPError as e:
             self.log.warning("Refused port report for %s: %s", user.name, e.log_message)
             raise
+        if spawner.port_reported and spawner.port == port:
+            # a report repeated because its answer was lost: taken, and nothing changes
+            self.finish(json.dumps({"message": "port already recorded"}))
+            return
         if spawner.pending != "spawn" or spawner.port_reported:
             raise web.HTTPError(409, "The port of this server was already reported")
         spawner.report_port(port)

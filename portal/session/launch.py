@@ -1,23 +1,32 @@
-"""``portal-session CMD ARGS...``: the session's server, with its port reported at once.
+"""``portal-session CMD ARGS...``: the session's server, its port reported once it listens.
 
 The batch script runs the single-user server through this launcher, as
 batchspawner runs it through ``batchspawner-singleuser``: pick a free port,
-tell the hub (``POST $JUPYTERHUB_API_URL/batchspawner {"port": N}`` with the
-server's own token), put the port into ``$JUPYTERHUB_SERVICE_URL``, run CMD in
-this process. batchspawner's wrapper imports JupyterHub's service-auth stack
-(SQLAlchemy and Alembic among it, about half a second) before it reports, and
-only then starts the server. Here the report uses the standard library only and
-is sent from a thread while CMD's imports run, so the hub learns the port
-within milliseconds of the job's start and the server's start is not delayed.
+put it into ``$JUPYTERHUB_SERVICE_URL``, run CMD in this process, and tell the
+hub the port (``POST $JUPYTERHUB_API_URL/batchspawner {"port": N}`` with the
+server's own token).
 
-A report the hub refuses, or one that cannot be sent after a few tries, ends
-the job with the reason in its log: the hub then says the job ended, instead
-of waiting for a port that never comes.
+batchspawner's wrapper imports JupyterHub's service-auth stack (SQLAlchemy and
+Alembic among it, about half a second) and reports before the server starts.
+Here CMD starts at once, and a thread, with the standard library alone, waits
+for this process to listen on the port (told by a wrapper of
+``socket.socket.listen``, not by polling) and only then reports. The hub learns
+the port the moment there is something to reach, and what it reaches is this
+server: another user's process that took the port meanwhile (a port is free
+only until somebody binds it) makes the server fail to start, instead of
+receiving the session's traffic.
+
+Any report that fails (refused, unreachable after a few tries, an error of the
+thread itself) ends the process with the reason in the job's log: the hub then
+says the job ended, instead of waiting for a port that never comes. The
+report follows no redirect and no proxy variable, and carries the token in a
+header only.
 """
 
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -44,6 +53,43 @@ def with_port(service_url, port):
     return urlunsplit(parts._replace(netloc=f"{parts.hostname}:{port}"))
 
 
+def signal_listening(port, event):
+    """Set ``event`` when a socket of this process starts listening on ``port``
+    (``socket.socket.listen``, which Tornado and asyncio call, is wrapped):
+    no polling, so the server's start is not slowed."""
+    original = socket.socket.listen
+
+    def listen(self, *args):
+        original(self, *args)
+        try:
+            if self.family in (socket.AF_INET, socket.AF_INET6) and self.getsockname()[1] == port:
+                event.set()
+        except OSError:
+            pass
+
+    socket.socket.listen = listen
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # a redirect is an answer (an error), never followed with the token
+
+
+def opener(environ=os.environ):
+    """``urlopen`` for the report: no proxy, no redirect, and the hub's internal
+    TLS when the hub gives its files (``JUPYTERHUB_SSL_*``)."""
+    handlers = [urllib.request.ProxyHandler({}), _NoRedirect()]
+    keyfile, certfile = (
+        environ.get("JUPYTERHUB_SSL_KEYFILE"),
+        environ.get("JUPYTERHUB_SSL_CERTFILE"),
+    )
+    if keyfile and certfile:
+        context = ssl.create_default_context(cafile=environ.get("JUPYTERHUB_SSL_CLIENT_CA"))
+        context.load_cert_chain(certfile, keyfile)
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers).open
+
+
 def report_request(api_url, token, port):
     """The port report, as a ``urllib`` request (the token in a header, not a URL)."""
     return urllib.request.Request(
@@ -54,31 +100,47 @@ def report_request(api_url, token, port):
     )
 
 
-def report(request, tries=TRIES, timeout=TIMEOUT, opener=urllib.request.urlopen):
-    """Send the report; None once the hub took it, else the reason it did not.
-    A refusal (4xx) is final; a connection error or 5xx is tried again."""
+def report(request, open_url, tries=TRIES, timeout=TIMEOUT):
+    """Send the report; None once the hub took it (2xx), else the reason it did
+    not. A refusal (other than 5xx) is final; a connection error or 5xx is tried
+    again (the hub answers a repeated report of the same port as taken)."""
     reason = ""
     for attempt in range(tries):
         if attempt:
             time.sleep(0.5 * 2 ** (attempt - 1))
         try:
-            with opener(request, timeout=timeout):
-                return None
+            with open_url(request, timeout=timeout) as answer:
+                if 200 <= answer.status < 300:
+                    return None
+                reason = f"the hub answered {answer.status}"
         except urllib.error.HTTPError as e:
-            reason = f"the hub answered {e.code}: {e.read(500).decode(errors='replace')}"
+            reason = f"the hub answered {e.code}: {_body(e)}"
             if e.code < 500:
                 return reason
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, urllib.error.URLError) as e:
             reason = f"the hub could not be reached: {e}"
+        except Exception as e:  # a malformed answer (http.client's errors) is a failure too
+            reason = f"the hub's answer could not be read: {e!r}"
     return reason
 
 
-def _report_or_end(request):
-    reason = report(request)
+def _body(error):
+    try:
+        return error.read(500).decode(errors="replace")
+    except Exception:
+        return "(no readable body)"
+
+
+def _report_when_listening(listening, request, open_url):
+    try:
+        listening.wait()
+        reason = report(request, open_url)
+    except BaseException as e:  # the thread must not die quietly, leaving the hub waiting
+        reason = f"the report failed: {e!r}"
     if reason:
         print(f"portal: the port report failed, ending the session: {reason}", file=sys.stderr)
         sys.stderr.flush()
-        os._exit(1)  # the server may be mid-import: end the whole process now
+        os._exit(1)  # the server may be mid-start: end the whole process now
 
 
 def main(argv=None):
@@ -98,8 +160,12 @@ def main(argv=None):
         os.environ["JUPYTERHUB_SERVICE_URL"] = with_port(service_url, port)
     else:
         argv.append(f"--port={port}")
+    listening = threading.Event()
+    signal_listening(port, listening)
     reporter = threading.Thread(
-        target=_report_or_end, args=(report_request(api_url, token, port),), daemon=True
+        target=_report_when_listening,
+        args=(listening, report_request(api_url, token, port), opener()),
+        daemon=True,
     )
     reporter.start()
     sys.argv = [command, *argv[1:]]

@@ -66,6 +66,11 @@ async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
         proc.kill()
         await proc.wait()
         raise SlurmError(f"{_name(argv)} gave no answer within {timeout} s") from None
+    except asyncio.CancelledError:  # the caller gave up: no command is left behind
+        if proc.returncode is None:
+            proc.kill()
+            await asyncio.shield(proc.wait())
+        raise
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
         raise SlurmError(f"{_name(argv)} failed: {message}")

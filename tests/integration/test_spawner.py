@@ -4,9 +4,11 @@ import glob
 import html
 import json
 import os
+import pwd
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -158,6 +160,24 @@ def test_a_profile_with_its_own_slice_is_shown_its_own_expected_start(
 
 def server_token(user):
     """The API token of the user's running single-user server, read from its process."""
+    return server_env(user)["JUPYTERHUB_API_TOKEN"]
+
+
+def server_port(user):
+    """The port the user's running server reported, from Jupyter's own line in its job log."""
+    (job_id, _), *_ = user_jobs(user)
+    log = Path(pwd.getpwnam(user).pw_dir, ".portal", "logs", f"jupyter-{job_id}.log")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = re.search(rf"http://[0-9.]+:(\d+)/user/{user}/", log.read_text(errors="replace"))
+        if found:
+            return int(found.group(1))
+        time.sleep(0.5)
+    raise AssertionError(f"no listening address in {log}")
+
+
+def server_env(user):
+    """The environment of the user's running single-user server process."""
     for path in glob.glob("/proc/[0-9]*/environ"):
         try:
             if os.stat(path).st_uid < 20000:
@@ -170,7 +190,7 @@ def server_token(user):
         except OSError:
             continue
         if env.get("JUPYTERHUB_USER") == user and env.get("JUPYTERHUB_API_TOKEN"):
-            return env["JUPYTERHUB_API_TOKEN"]
+            return env
     raise AssertionError(f"no server process of {user}")
 
 
@@ -187,6 +207,10 @@ def test_port_callback_accepts_only_the_port(session, hub):
         assert r.status_code in (400, 409), (port, r.status_code)
     r = requests.post(url, json={"port": 6000}, headers=auth, timeout=10)
     assert r.status_code == 409  # once per spawn
+    # the same report again (its answer lost): taken, nothing changes
+    port = server_port("alice")
+    r = requests.post(url, json={"port": port}, headers=auth, timeout=10)
+    assert r.status_code == 200, r.text
     # a token of alice that is not her server's
     user_token = alice.api("POST", "/users/alice/tokens", json={}).json()["token"]
     r = requests.post(url, json={"port": 6000}, headers={"Authorization": f"token {user_token}"})

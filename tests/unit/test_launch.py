@@ -40,7 +40,7 @@ def refusing(code, calls):
 
 def test_a_refused_report_is_final_and_says_why():
     calls = []
-    reason = launch.report(object.__new__(_Request), opener=refusing(403, calls))
+    reason = launch.report(object.__new__(_Request), refusing(403, calls))
     assert len(calls) == 1
     assert reason == "the hub answered 403: refused"
 
@@ -53,7 +53,7 @@ def test_an_unreachable_hub_is_tried_again_then_given_up(monkeypatch):
         calls.append(request)
         raise ConnectionRefusedError("Connection refused")
 
-    reason = launch.report(object.__new__(_Request), tries=3, opener=opener)
+    reason = launch.report(object.__new__(_Request), opener, tries=3)
     assert len(calls) == 3
     assert reason.startswith("the hub could not be reached")
 
@@ -66,14 +66,81 @@ def test_a_hub_error_then_success_is_a_report(monkeypatch):
         calls.append(request)
         if len(calls) == 1:
             raise urllib.error.HTTPError("u", 502, "bad gateway", {}, io.BytesIO(b""))
-        return io.BytesIO(b"{}")
+        return _Answer(201)
 
-    assert launch.report(object.__new__(_Request), opener=opener) is None
+    assert launch.report(object.__new__(_Request), opener) is None
     assert len(calls) == 2
 
 
 class _Request:
     full_url = "http://hub/hub/api/batchspawner"
+
+
+class _Answer(io.BytesIO):
+    def __init__(self, status):
+        super().__init__(b"{}")
+        self.status = status
+
+
+def test_a_malformed_answer_is_a_failure_not_a_dead_thread(monkeypatch):
+    import http.client
+
+    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+
+    def opener(request, timeout):
+        raise http.client.BadStatusLine("garbage")
+
+    reason = launch.report(object.__new__(_Request), opener, tries=2)
+    assert reason.startswith("the hub's answer could not be read")
+
+
+def test_the_report_follows_no_redirect_and_no_proxy(monkeypatch):
+    """A 302 is an answer, not a place to send the token; proxy variables are ignored."""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            hits.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    server = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = f"http://127.0.0.1:{server.server_port}/hub/api"
+        request = launch.report_request(api, "t0ken", 41234)
+        reason = launch.report(request, launch.opener({}), tries=1)
+    finally:
+        server.shutdown()
+    assert hits == ["/hub/api/batchspawner"]  # reached directly, not through the proxy
+    assert reason.startswith("the hub answered 302")
+
+
+def test_only_listening_on_the_port_signals_the_report(monkeypatch):
+    import socket
+    import threading
+
+    monkeypatch.setattr(socket.socket, "listen", socket.socket.listen)  # restored after
+    port = launch.free_port()
+    listening = threading.Event()
+    launch.signal_listening(port, listening)
+    with socket.socket() as other:  # another port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+    assert not listening.is_set()
+    with socket.socket() as bound:  # the port, bound but not yet listening
+        bound.bind(("127.0.0.1", port))
+        assert not listening.is_set()
+        bound.listen()
+        assert listening.is_set()
 
 
 def test_the_launcher_reports_before_any_heavy_import():
@@ -132,8 +199,15 @@ def test_a_refused_report_ends_the_server_with_the_reason(tmp_path):
     server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        sleeper = tmp_path / "slow-server"  # a server that would start for a minute
-        sleeper.write_text("import time\ntime.sleep(60)\n")
+        sleeper = tmp_path / "slow-server"  # listens on its port, then would run a minute
+        sleeper.write_text(
+            "import os, socket, time, urllib.parse\n"
+            "url = urllib.parse.urlsplit(os.environ['JUPYTERHUB_SERVICE_URL'])\n"
+            "s = socket.socket()\n"
+            "s.bind((url.hostname, url.port))\n"
+            "s.listen()\n"
+            "time.sleep(60)\n"
+        )
         sleeper.chmod(0o755)
         env = {
             "PATH": f"{tmp_path}:{os.environ['PATH']}",
