@@ -6,6 +6,11 @@ Figures (medians over repeated runs):
   the proxy (``bench/spawn.py``);
 - ``floor_s``: in the same run, sbatch of an equivalent job to RUNNING plus the
   single-user server's own start to its first HTTP answer;
+- ``spawn_slurm_start_s`` / ``floor_slurm_start_s``: sbatch to the job's
+  script, Slurm's part (its scheduler passes about once a second);
+  ``spawn_after_job_start_s`` / ``floor_server_start_s``: the rest of each;
+  ``spawn_portal_overhead_s``: their difference, the portal's own cost;
+  ``spawn_timeline_s``: the spawn's events, medians (``bench/timeline.py``);
 - ``stock_batchspawner_s``: the same spawn with stock ``batchspawner.SlurmSpawner``
   (``bench/stock_config.py``); ``spawn_vs_floor`` and ``spawn_vs_stock``: ratios;
 - ``slurm_rpcs_per_min_1`` / ``_100`` (and ``stock_...``): slurmctld job-info RPCs
@@ -77,7 +82,7 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     portal_client = users.login(portal, name, accounts[name])
     stock_client = users.login(stock, name, accounts[name])
     home = pwd.getpwnam(name).pw_dir
-    spawns, floors, stocks, timelines = [], [], [], []
+    spawns, floors, stocks, timelines, floor_parts = [], [], [], [], []
     for i in range(reps):
         spawns.append(
             spawn.spawn_ready(portal, portal_client, name, {"profile": "pytorch", "gpus": 1})
@@ -90,6 +95,7 @@ def spawn_figures(figures, portal, stock, accounts, reps):
         portal.wait_no_jobs()
         running, server_start = spawn.floor(portal, portal_client, name)
         floors.append(running + server_start)
+        floor_parts.append((running, server_start))
         say(f"floor {i + 1}/{reps}: running {running:.2f} s + server start {server_start:.2f} s")
         stocks.append(spawn.spawn_ready(stock, stock_client, name))
         spawn.stop_server(stock, stock_client, name)
@@ -103,6 +109,18 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     figures.add("stock_batchspawner_s", statistics.median(stocks))
     figures.add("spawn_vs_floor", figures["spawn_ready_s"] / figures["floor_s"])
     figures.add("spawn_vs_stock", figures["spawn_ready_s"] / figures["stock_batchspawner_s"])
+    # Slurm's start of a batch job waits for its scheduler's next pass (up to
+    # about 1 s, for the portal's job and the floor's alike): the same split
+    # without it, and what is left to the portal
+    started = [m for m in timelines if "script" in m]
+    if started:
+        figures.add("spawn_slurm_start_s", statistics.median(m["script"] for m in started))
+        figures.add("floor_slurm_start_s", statistics.median(r for r, _ in floor_parts))
+        after = statistics.median(m["ready through the proxy"] - m["script"] for m in started)
+        server = statistics.median(s for _, s in floor_parts)
+        figures.add("spawn_after_job_start_s", after)
+        figures.add("floor_server_start_s", server)
+        figures.add("spawn_portal_overhead_s", after - server)
     events = {event for marks in timelines for event in marks}
     medians = {e: statistics.median(m[e] for m in timelines if e in m) for e in events}
     figures["spawn_timeline_s"] = timeline.describe(medians)
@@ -246,7 +264,7 @@ def remove_accounts(*hubs):
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", choices=PARTS, default=PARTS, help="parts to run")
-    parser.add_argument("--reps", type=int, default=5, help="spawns of each kind (5)")
+    parser.add_argument("--reps", type=int, default=7, help="spawns of each kind (7)")
     parser.add_argument("--sessions", type=int, default=100, help="sessions of the load (100)")
     parser.add_argument("--window", type=float, default=60, help="seconds per RPC count (60)")
     parser.add_argument("--users", type=int, default=200, help="simulated users (200)")
