@@ -84,6 +84,10 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     home = pwd.getpwnam(name).pw_dir
     spawns, floors, stocks, timelines, floor_parts = [], [], [], [], []
     for i in range(reps):
+        # Slurm starts a batch job at its scheduler's next pass, about once a
+        # second: each submission at a random moment of that second, so that
+        # no kind of spawn keeps the same place in it over the repetitions
+        spawn.random_phase()
         spawns.append(
             spawn.spawn_ready(portal, portal_client, name, {"profile": "pytorch", "gpus": 1})
         )
@@ -93,10 +97,12 @@ def spawn_figures(figures, portal, stock, accounts, reps):
         say(f"spawn {i + 1}/{reps} timeline (s): {timeline.describe(marks)}")
         spawn.stop_server(portal, portal_client, name)
         portal.wait_no_jobs()
+        spawn.random_phase()
         running, server_start = spawn.floor(portal, portal_client, name)
         floors.append(running + server_start)
         floor_parts.append((running, server_start))
         say(f"floor {i + 1}/{reps}: running {running:.2f} s + server start {server_start:.2f} s")
+        spawn.random_phase()
         stocks.append(spawn.spawn_ready(stock, stock_client, name))
         spawn.stop_server(stock, stock_client, name)
         stock.wait_no_jobs()

@@ -11,6 +11,7 @@ exec to its first HTTP answer, asked directly on its port. It leaves out
 what only a hub does: the port report, the proxy route, the hub's own checks.
 """
 
+import random
 import shlex
 import subprocess
 import time
@@ -24,6 +25,11 @@ from tests.support.hubsettings import CA_CERT
 
 FLOOR_JOB = "portal-bench-floor"
 POLL = 0.05  # seconds between the client's checks
+
+
+def random_phase():
+    """Sleep a random part of a second (see ``bench.run.spawn_figures``)."""
+    time.sleep(random.random())
 
 
 def answers(url, session=requests):
