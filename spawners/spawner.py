@@ -687,10 +687,15 @@ class PortalSpawner(SlurmSpawner):
         self._mark("submitted")
         poller = self.poller
         poller.watch(self)
+        indices = None  # the GPU indices (one scontrol), asked once the job runs
         try:
             while True:
                 job = poller.job(self.job_id)
-                if self.port_reported and job and job.running and job.node:
+                running = job and job.running and job.node
+                if running and indices is None:
+                    self._mark("running seen")  # while Jupyter starts: off its path
+                    indices = asyncio.ensure_future(self._gpu_indices(job.nodes))
+                if self.port_reported and running:
                     break
                 if poller.is_gone(self.job_id, self.submitted_at):
                     await self._job_ended()
@@ -702,18 +707,14 @@ class PortalSpawner(SlurmSpawner):
                 finally:
                     for w in waits:
                         w.cancel()  # the ones still waiting, also when a stop cancels the spawn
-        finally:
-            poller.unwatch(self)
-        self._mark("running seen")
-        self.ip = job.node  # the first node, where the batch script runs Jupyter
-        # the GPU indices (one scontrol) while Jupyter starts, not before
-        indices = asyncio.ensure_future(self._gpu_indices(job.nodes))
-        try:
+            self.ip = job.node  # the first node, where the batch script runs Jupyter
             await self._wait_answering()
             self._mark("answered")
             self.gpu_indices = await indices
         finally:
-            indices.cancel()  # a failed start leaves no scontrol behind
+            poller.unwatch(self)
+            if indices is not None:
+                indices.cancel()  # a failed start leaves no scontrol behind
         self._mark("GPU indices")
         self.log.info(
             "Spawn timeline of %s, job %s, began at %.3f: %s",
