@@ -13,6 +13,7 @@ case ${1:-} in
         start=$SECONDS
         "$DEPLOY_DIR/packages.sh"
         "$DEPLOY_DIR/envs.sh"
+        ensure_service_accounts   # before Slurm's users name the hub's
         "$DEPLOY_DIR/data.sh"
         "$DEPLOY_DIR/tls.sh" ensure
         if embedded; then

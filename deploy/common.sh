@@ -49,4 +49,21 @@ stop_pidfile() {
     log "$name stopped"
 }
 
+# ensure_account NAME: a system account with no login and no home.
+ensure_account() {
+    id -u "$1" >/dev/null 2>&1 && return 0
+    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin "$1" || die "could not create the system account $1"
+    log "created the system account $1"
+}
+
+# The portal's service accounts ([hub] user and proxy_user), made before
+# anything names them: Slurm resolves a user's uid when it first hears of
+# the user, and keeps one it could not resolve as invalid (every request of
+# the hub's account was then refused until slurmctld reloaded).
+ensure_service_accounts() {
+    ensure_account "$PORTAL_HUB_USER"
+    ensure_account "$PORTAL_HUB_PROXY_USER"
+}
+
 [ "$(id -u)" -eq 0 ] || die "run as root (the one-machine cluster starts system daemons)"

@@ -68,14 +68,6 @@ install_templates() {
     log "notebook templates installed in $dest"
 }
 
-# ensure_account NAME: a system account with no login and no home.
-ensure_account() {
-    id -u "$1" >/dev/null 2>&1 && return 0
-    useradd --system --user-group --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin "$1" || die "could not create the system account $1"
-    log "created the system account $1"
-}
-
 # The sudoers rule of the hub's account: exactly Slurm's sbatch and scancel,
 # as members of the portal's groups only (never root), no password, with a
 # reset environment. Checked with visudo before it is installed.
@@ -118,8 +110,7 @@ is_https() { [[ $PORTAL_HUB_BIND_URL == https://* ]]; }
 
 prepare() {
     install_templates
-    ensure_account "$HUB_USER"
-    ensure_account "$PROXY_USER"
+    ensure_service_accounts
     install_sudoers
     check_readable
     # The hub's state (database, cookie secret, proxy token, log): its account

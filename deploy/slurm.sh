@@ -722,7 +722,10 @@ EOF
 sync_users() {
     local groups group line name qos defqos current busy names=() add=() remove=() keep=() odd=()
     local -A member=([root]=1) listed=()
-    [ -z "$HUB_USER" ] || member[$HUB_USER]=1
+    if [ -n "$HUB_USER" ]; then
+        ensure_service_accounts   # a uid before slurmctld hears of it
+        member[$HUB_USER]=1
+    fi
     groups=$(portal_groups) || die "cannot read [ldap] allowed_groups"
     while read -r group; do
         [ -n "$group" ] || continue
@@ -793,6 +796,18 @@ hub_operator() {
     log "$HUB_USER (the hub's account): Slurm AdminLevel Operator (was ${level:-none}), to extend sessions"
     sacctmgr -i modify user "$HUB_USER" set adminlevel=Operator >/dev/null ||
         die "sacctmgr modify user $HUB_USER set adminlevel=Operator failed"
+}
+
+# hub_uid: slurmctld knows the hub's account by its uid. One it heard of
+# before the account existed (an earlier version made Slurm's users first)
+# stays invalid (uid 4294967294: every request of the hub refused) until
+# slurmctld reads its users again, which `scontrol reconfigure` does.
+hub_uid() {
+    [ -n "$HUB_USER" ] || return 0
+    scontrol show assoc_mgr users="$HUB_USER" flags=users 2>/dev/null |
+        grep -q "UserName=$HUB_USER(4294967294)" || return 0
+    log "slurmctld holds $HUB_USER with no uid: scontrol reconfigure"
+    scontrol reconfigure || die "scontrol reconfigure failed"
 }
 
 # ---------------------------------------------------------------- slurmctld, slurmd
@@ -925,6 +940,7 @@ cmd_start() {
     write_config
     if [ "$SLURM_CHANGED$DBD_CHANGED$DB_CHANGED" = 000 ] && all_up; then
         ensure_limits                              # the fast path
+        hub_uid
         return 0
     fi
     ensure_db_packages
@@ -950,6 +966,7 @@ cmd_start() {
         ensure_limits
     fi
     check_gres
+    hub_uid
     log "up: login node $LOGIN, compute nodes:"
     sinfo -h -N -O 'NodeList:8,StateLong:12,Gres:20,CPUsState:16,Memory:10' | sed 's/^/    /' >&2
 }
