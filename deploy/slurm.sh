@@ -62,6 +62,7 @@ source "$(dirname "$0")/common.sh"
 SLURM_ETC=/etc/slurm
 SLURM_CONF=$SLURM_ETC/slurm.conf
 GRES_CONF=$SLURM_ETC/gres.conf
+CGROUP_CONF=$SLURM_ETC/cgroup.conf
 RUN_DIR=/run/slurm
 CTLD_PID=$RUN_DIR/slurmctld.pid
 DBD_PID=$RUN_DIR/slurmdbd.pid
@@ -205,9 +206,10 @@ start_munge() {
 # ---------------------------------------------------------------- configuration
 
 # Each node's GPU devices: /dev/portal-gpu/NODE/gpu0..N-1, major 195 like
-# NVIDIA's (a node's own /dev/nvidiaN on a real cluster). Slurm needs File=
-# entries to register GPUs, and hands a job's devices to it as
-# CUDA_VISIBLE_DEVICES.
+# NVIDIA's (a node's own /dev/nvidiaN on a real cluster), and like them
+# 0666: the devices cgroup (ConstrainDevices) is what keeps a job to its own.
+# Slurm needs File= entries to register GPUs, and hands a job's devices to
+# it as CUDA_VISIBLE_DEVICES.
 make_gpu_devices() {
     local i dev node
     rm -f "$GPU_DEV"[0-9]* # the single-host layout of earlier versions
@@ -226,8 +228,9 @@ make_gpu_devices() {
             dev=$GPU_DEV/$node/gpu$i
             if [ ! -c "$dev" ] || [ "$(stat -c '%t:%T' "$dev")" != "c3:$(printf '%x' "$i")" ]; then
                 rm -f "$dev"
-                mknod -m 0660 "$dev" c 195 "$i"
+                mknod -m 0666 "$dev" c 195 "$i"
             fi
+            chmod 0666 "$dev"
         done
     done
 }
@@ -370,9 +373,10 @@ SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
 
-# No cgroups here: processes are tracked by parent pid, nothing is confined.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# A job is held to its slice by the kernel (cgroup.conf): its processes
+# are tracked in cgroups, it opens only its own GPUs and uses only its memory.
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
 # The node advertises the configured cores, memory and GPUs, not the machine's.
 SlurmdParameters=config_overrides
 # A node that went down (an unclean stop) returns when its slurmd registers.
@@ -467,6 +471,26 @@ innodb_lock_wait_timeout = 900
 EOF
 }
 
+# cgroup.conf: the slice is enforced by the kernel (cgroup v1, which this
+# host mounts; Slurm 22.05 also has cgroup/v2). Devices: a job opens only its
+# own GPUs' device files (EPERM for the others). Memory: its --mem, no swap
+# beyond it (OUT_OF_MEMORY past it). Cores are not constrained here: each
+# node advertises $CPUS cores on a host that has fewer, and a cpuset of
+# cores the host lacks fails the job's start; a site whose nodes have the
+# cores they advertise sets ConstrainCores=yes (and TaskPlugin
+# task/affinity,task/cgroup).
+render_cgroup_conf() {
+    cat <<EOF
+$MARKER
+CgroupPlugin=cgroup/v1
+ConstrainDevices=yes
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+ConstrainCores=no
+EOF
+}
+
 render_gres_conf() {
     echo "$MARKER"
     [ "$GPUS" -gt 0 ] || return 0
@@ -503,16 +527,18 @@ ensure_db_password() {
 # DBD_CHANGED (slurmdbd.conf) and DB_CHANGED (mariadbd's options) to 1 where
 # a file changed, else to 0.
 write_config() {
-    local conf gres dbd cnf
+    local conf gres cgroup dbd cnf
     install -d -m 0755 "$SLURM_ETC" "$(dirname "$MYSQL_CNF")"
     ensure_db_password
     conf=$(render_slurm_conf)
     gres=$(render_gres_conf)
+    cgroup=$(render_cgroup_conf)
     dbd=$(render_slurmdbd_conf)
     cnf=$(render_mysql_cnf)
     SLURM_CHANGED=0 DBD_CHANGED=0 DB_CHANGED=0
     if write_if_changed "$SLURM_CONF" "$conf"; then SLURM_CHANGED=1; fi
     if write_if_changed "$GRES_CONF" "$gres"; then SLURM_CHANGED=1; fi
+    if write_if_changed "$CGROUP_CONF" "$cgroup"; then SLURM_CHANGED=1; fi
     if write_if_changed "$SLURMDBD_CONF" "$dbd" 0600; then DBD_CHANGED=1; fi
     if write_if_changed "$MYSQL_CNF" "$cnf"; then DB_CHANGED=1; fi
 }

@@ -57,6 +57,12 @@ class Slice:
     def total_mem_gb(self):
         return self.mem_gb * self.nodes
 
+    @property
+    def memory_limit(self):
+        """The memory the kernel holds each node of the job to (``--mem``, per
+        node): ``48 GB``, ``48 GB per node`` over several."""
+        return f"{self.mem_gb} GB" + (" per node" if self.nodes > 1 else "")
+
     def sbatch_args(self):
         """The resource options of the job, as sbatch arguments: one task per
         GPU on each node, so that ``srun`` in the session starts one process
