@@ -6,13 +6,16 @@ PYTHON := $(ENVS_PREFIX)/envs/hub/bin/python
 RUFF := $(ENVS_PREFIX)/envs/hub/bin/ruff
 JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 
-.PHONY: up down status accounts restart-hub test lint unit bench smoke labextension
+.PHONY: up down purge status accounts restart-hub test lint unit bench smoke labextension
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
 
 down:          ## stop the portal and the cluster, remove the compute nodes' namespaces (data is kept)
 	@bash $(DEPLOY)/cluster.sh down
+
+purge:         ## back to a first start: remove what make up and the tests made (packages and envs kept)
+	@bash $(DEPLOY)/purge.sh
 
 status:        ## what runs
 	@bash $(DEPLOY)/cluster.sh status
