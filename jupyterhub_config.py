@@ -19,6 +19,7 @@ hub_config.configure_spawner(c, site)
 hub_config.configure_service(c, site)
 hub_config.configure_culling(c, site)
 hub_config.start_shared_poll(c)
+hub_config.check_extensions(site)
 
 for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):
     exec(compile(extra.read_text(), str(extra), "exec"))

@@ -4,6 +4,7 @@
 calls these; each only sets values on ``c`` from ``settings``.
 """
 
+import asyncio
 import json
 import os
 import ssl
@@ -264,17 +265,32 @@ def configure_spawner(c, settings):
 
 def start_shared_poll(c):
     """Start the shared Slurm poll with the hub rather than at the first spawn
-    page, so that page shows what is free from the start. JupyterHub loads its
-    config inside its running event loop; the poll starts once it runs."""
-    import asyncio
-
+    page, so that page shows what is free from the start."""
     from spawners.spawner import PortalSpawner
 
+    when_the_hub_runs(lambda: PortalSpawner(config=c).poller.poke())
+
+
+def check_extensions(settings):
+    """Ask Slurm, as the hub starts, whether it lets the hub's account extend
+    sessions (``portal.extend.ExtensionCheck``): if not, the hub's log says so
+    at once, with the command that fixes it, rather than a user's first try."""
+    from traitlets.log import get_logger
+
+    from portal.extend import ExtensionCheck
+
+    check = ExtensionCheck.shared(settings["slurm"]["command_timeout"])
+    when_the_hub_runs(lambda: asyncio.ensure_future(check.at_start(get_logger())))
+
+
+def when_the_hub_runs(callback):
+    """Call ``callback`` as soon as the hub's event loop runs: JupyterHub loads
+    its config inside its running event loop."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not inside the hub (e.g. --generate-config)
         return
-    loop.call_soon(lambda: PortalSpawner(config=c).poller.poke())
+    loop.call_soon(callback)
 
 
 def check_spawner_settings(c):

@@ -45,6 +45,7 @@ from portal.core.profiles import (
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.core.timelimit import describe_minutes, hours_left
+from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
@@ -985,7 +986,8 @@ class PortalSpawner(SlurmSpawner):
     def _extend_info(self, job):
         """The card's time limit (Slurm's, which an extension changes) and how
         many more hours the profile allows now (the store's ``max_hours``, as
-        ``portal.extend`` checks it): ``extend_hours``, 0 when none."""
+        ``portal.extend`` checks it): ``extend_hours``, 0 when none; and
+        ``extend_unavailable``, why Slurm lets the hub extend no session."""
         limit = job.time_limit if job else None
         if limit is None and self.job_slice:
             limit = self.job_slice.hours * 60
@@ -996,10 +998,12 @@ class PortalSpawner(SlurmSpawner):
         more = 0
         if profile is not None and limit is not None and job is not None and job.running:
             more = hours_left(limit, profile.max_hours)
+        unavailable = ExtensionCheck.shared(self.slurm_timeout).last_verdict()
         return {
             "time_limit": describe_minutes(limit) if limit is not None else "",
             "max_hours": profile.max_hours if profile is not None else 0,
             "extend_hours": more,
+            "extend_unavailable": str(unavailable or ""),
         }
 
     # -- state -------------------------------------------------------------

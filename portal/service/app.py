@@ -21,7 +21,7 @@ from portal import hub_config
 from portal import settings as site_settings
 from portal.cluster import ClusterSource
 from portal.core.profiles import NAME_RE
-from portal.extend import SessionExtender
+from portal.extend import ExtensionCheck, SessionExtender
 from portal.store import ProfileStore
 
 from . import api, pages
@@ -121,6 +121,8 @@ def main():
 
     ioloop.PeriodicCallback(exit_with_the_hub, 1000).start()
     loop = ioloop.IOLoop.current()
+    # whether Slurm lets the hub's account extend sessions: logged now if not
+    loop.spawn_callback(ExtensionCheck.shared().at_start)
     # The hub stops its services with SIGINT (then SIGTERM after 10 s). Set
     # explicitly: a hub started in the background (hub.sh) passes SIGINT on
     # ignored, Python then installs no handler, and the hub's stop waited its

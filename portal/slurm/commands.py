@@ -13,6 +13,7 @@ from .model import format_duration
 from .parse import (
     SlurmError,
     max_time_minutes,
+    parse_assoc_users,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
@@ -173,6 +174,14 @@ async def set_time_limit(job_id, minutes, timeout):
     (``sacctmgr modify user HUB set adminlevel=Operator``, deploy/slurm.sh)."""
     argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={format_duration(minutes)}"]
     await run(argv, timeout=timeout)
+
+
+async def slurm_user(name, timeout):
+    """The user ``name`` as slurmctld holds it now (``scontrol show assoc_mgr``:
+    its uid and AdminLevel, by which it authorizes a request), as a
+    ``SlurmUser``; None when slurmctld has no such user."""
+    argv = ["scontrol", "show", "assoc_mgr", f"users={name}", "flags=users"]
+    return parse_assoc_users(await run(argv, timeout=timeout)).get(name)
 
 
 # -- as a user -------------------------------------------------------------

@@ -4,11 +4,14 @@ for the owner, an admin and a script's token; refused past the profile's
 max_hours, for other users, for what is no whole number and where no session
 runs, each changing nothing; audited; and the session card's form on the hub."""
 
+import pwd
 import re
 import subprocess
 import time
 
 from portal import settings
+from portal.extend import ExtensionCheck
+from portal.slurm import commands
 from tests.support.hubclient import SERVICE
 from tests.support.jobs import scontrol_job, user_jobs
 from tests.support.testhub import deploy
@@ -205,3 +208,16 @@ def test_the_hubs_account_is_a_slurm_operator_and_sync_users_keeps_it(cluster):
     r = deploy("slurm.sh", "sync-users", check=False)  # set only when it differs
     assert r.returncode == 0 and "AdminLevel" not in r.stderr, r.stderr
     assert level() == "Operator"
+
+
+async def test_slurm_knows_the_hubs_account_by_its_uid_as_an_operator(cluster):
+    """The check the hub and the admin service make at their start, against the
+    real slurmctld: it holds the hub's account with its real uid (a user
+    synced before the Unix account existed has none, and every extension is
+    refused as "Invalid user id"), at an AdminLevel that may extend jobs."""
+    hub_user = settings.load()["hub"]["user"]
+    user = await commands.slurm_user(hub_user, timeout=20)
+    assert user is not None, f"slurmctld holds no user {hub_user}"
+    assert user.uid == pwd.getpwnam(hub_user).pw_uid, user
+    assert user.admin_level in ("Operator", "Administrator"), user
+    assert await ExtensionCheck(hub_user, timeout=20).verdict() is None
