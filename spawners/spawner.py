@@ -842,6 +842,7 @@ class PortalSpawner(SlurmSpawner):
             "job_id": self.job_id,
             "nodes": nodes,
             "reason": reason,
+            "memory": self.job_slice.memory_limit if self.job_slice else "",
             "ended": datetime.now().isoformat(timespec="seconds"),
         }
         self.log.info(
@@ -954,7 +955,7 @@ class PortalSpawner(SlurmSpawner):
             idle = describe_idle(self.last_end["idle_seconds"])
             return {**self.last_end, "why": f"stopped after {idle} idle"}
         reason = self.last_end.get("reason", "")
-        return {**self.last_end, "why": describe_end(reason)}
+        return {**self.last_end, "why": describe_end(reason, self.last_end.get("memory", ""))}
 
     def session_info(self):
         """What the home page's session card shows (no Slurm call)."""

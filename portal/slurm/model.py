@@ -29,17 +29,23 @@ END_STATES = {
 }
 
 
-def describe_end(reason):
-    """A phrase for ``parse_end_reason``'s text (``"NODE_FAIL, exit code 0:0"``).
+def describe_end(reason, memory=""):
+    """A phrase for ``parse_end_reason``'s text (``"NODE_FAIL, exit code 0:0"``);
+    ``memory``, the slice's (``"48 GB"``), names what a job killed for
+    memory ran out of (the cgroup's limit, cgroup.conf ConstrainRAMSpace).
 
     >>> describe_end("NODE_FAIL, exit code 0:0")
     'its node failed'
+    >>> describe_end("OUT_OF_MEMORY, exit code 0:125", "48 GB")
+    'it ran out of its 48 GB of memory'
     >>> describe_end("")
     'Slurm has no record of how it ended'
     """
     state = reason.split(",", 1)[0].split()[0] if reason.strip() else ""
     if not state:
         return "Slurm has no record of how it ended"
+    if state == "OUT_OF_MEMORY" and memory:
+        return f"it ran out of its {memory} of memory"
     return END_STATES.get(state, f"Slurm ended it ({state})")
 
 
