@@ -88,6 +88,7 @@ purge_cluster() {
     # nslcd resolves no one without slapd: NSS goes back to files alone
     [ -f /etc/nsswitch.conf ] && sed -i -E '/^(passwd|group|shadow):/s/[[:space:]]+ldap\b//' /etc/nsswitch.conf
     remove_ours /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/cgroup.conf \
+        /etc/slurm/job_container.conf \
         /etc/slurm/slurmdbd.conf /etc/mysql/portal-slurm.cnf
     rm -f /etc/slurm/slurmdbd.password
     rm -rf /var/lib/slurm/slurmctld /var/spool/slurmd /var/log/slurm /run/slurm /var/lib/mysql \

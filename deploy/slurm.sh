@@ -63,6 +63,7 @@ SLURM_ETC=/etc/slurm
 SLURM_CONF=$SLURM_ETC/slurm.conf
 GRES_CONF=$SLURM_ETC/gres.conf
 CGROUP_CONF=$SLURM_ETC/cgroup.conf
+JOB_CONTAINER_CONF=$SLURM_ETC/job_container.conf
 RUN_DIR=/run/slurm
 CTLD_PID=$RUN_DIR/slurmctld.pid
 DBD_PID=$RUN_DIR/slurmdbd.pid
@@ -377,6 +378,11 @@ MailProg=/bin/true
 # are tracked in cgroups, it opens only its own GPUs and uses only its memory.
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
+# Each job has a /tmp and /dev/shm of its own (job_container.conf), removed
+# when it ends: what one user leaves in /tmp another cannot read, plant or
+# squat. Contain: the job's namespace exists from its start, for every step.
+JobContainerType=job_container/tmpfs
+PrologFlags=Contain
 # The node advertises the configured cores, memory and GPUs, not the machine's.
 SlurmdParameters=config_overrides
 # A node that went down (an unclean stop) returns when its slurmd registers.
@@ -491,6 +497,17 @@ ConstrainCores=no
 EOF
 }
 
+# job_container.conf: each node keeps its jobs' private /tmp and /dev/shm in
+# a folder of its own spool (the nodes share this host's disk).
+render_job_container_conf() {
+    echo "$MARKER"
+    echo "AutoBasePath=true"
+    local node
+    for node in "${NODE_NAMES[@]}"; do
+        echo "NodeName=$node BasePath=$SPOOL_DIR/$node/job_containers"
+    done
+}
+
 render_gres_conf() {
     echo "$MARKER"
     [ "$GPUS" -gt 0 ] || return 0
@@ -527,18 +544,20 @@ ensure_db_password() {
 # DBD_CHANGED (slurmdbd.conf) and DB_CHANGED (mariadbd's options) to 1 where
 # a file changed, else to 0.
 write_config() {
-    local conf gres cgroup dbd cnf
+    local conf gres cgroup containers dbd cnf
     install -d -m 0755 "$SLURM_ETC" "$(dirname "$MYSQL_CNF")"
     ensure_db_password
     conf=$(render_slurm_conf)
     gres=$(render_gres_conf)
     cgroup=$(render_cgroup_conf)
+    containers=$(render_job_container_conf)
     dbd=$(render_slurmdbd_conf)
     cnf=$(render_mysql_cnf)
     SLURM_CHANGED=0 DBD_CHANGED=0 DB_CHANGED=0
     if write_if_changed "$SLURM_CONF" "$conf"; then SLURM_CHANGED=1; fi
     if write_if_changed "$GRES_CONF" "$gres"; then SLURM_CHANGED=1; fi
     if write_if_changed "$CGROUP_CONF" "$cgroup"; then SLURM_CHANGED=1; fi
+    if write_if_changed "$JOB_CONTAINER_CONF" "$containers"; then SLURM_CHANGED=1; fi
     if write_if_changed "$SLURMDBD_CONF" "$dbd" 0600; then DBD_CHANGED=1; fi
     if write_if_changed "$MYSQL_CNF" "$cnf"; then DB_CHANGED=1; fi
 }

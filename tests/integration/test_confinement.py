@@ -8,6 +8,7 @@ import asyncio
 import errno
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -52,7 +53,8 @@ print("held", len(held) * 50, "MB")
 def bobs_folder(cluster):
     """A folder of bob's for the jobs' scripts and output; his jobs of this
     file are cancelled afterwards."""
-    folder = tempfile.mkdtemp(prefix="portal-confine-")
+    # in bob's home, shared by the nodes as on a cluster: a job's /tmp is its own
+    folder = tempfile.mkdtemp(prefix="portal-confine-", dir=pwd.getpwnam("bob").pw_dir)
     shutil.chown(folder, "bob", "portal-users")
     yield folder
     subprocess.run(["scancel", "-n", JOB_NAME], check=False)
