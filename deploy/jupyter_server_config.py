@@ -29,6 +29,15 @@ if environment:
         )
 c.MappingKernelManager.default_kernel_name = default_kernel
 
+# Kernels talk to the server over ZMQ's ipc transport: Unix sockets in the
+# runtime folder (the batch script makes it private: 0700, the user's, in
+# the job's own /tmp), which only the user can open. Over tcp they listened
+# on the node's loopback, which every user of the node shares: IOPub is
+# signed, not encrypted, so anyone there could read the code a kernel ran
+# and what it printed. Every kernel here speaks ipc (ipykernel; IRkernel
+# 1.3 too).
+c.KernelManager.transport = "ipc"
+
 # Hidden files (~/.ssh, ~/.portal) stay out of the contents API. The session
 # card's job log is served by the portal extension (portal/joblog/JOBID).
 c.ContentsManager.allow_hidden = False

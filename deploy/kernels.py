@@ -42,6 +42,9 @@ from pathlib import Path
 DEPLOY_DIR = Path(__file__).resolve().parent
 MAGIC_SOURCE = DEPLOY_DIR.parent / "portal" / "tensorboard" / "magic.py"
 MAGIC_MODULE = "portal_tensorboard_magic"
+# Starts the Python kernels with ipykernel's last TCP socket on ipc too.
+LAUNCHER_SOURCE = DEPLOY_DIR.parent / "portal" / "session" / "kernel_launcher.py"
+LAUNCHER_MODULE = "portal_kernel_launcher"
 
 # Framework environment name -> (how people write it, the module it imports).
 # An environment not listed here is shown under its own name.
@@ -111,7 +114,7 @@ def python_argv(env):
     return [
         str(env / "bin" / "python"),
         "-m",
-        "ipykernel_launcher",
+        LAUNCHER_MODULE,
         "-f",
         "{connection_file}",
         f"--ext={MAGIC_MODULE}",
@@ -119,7 +122,8 @@ def python_argv(env):
 
 
 def install_magic(env):
-    """Copy portal/tensorboard/magic.py into the site-packages of ``env``."""
+    """Copy portal/tensorboard/magic.py and the kernel launcher
+    (portal/session/kernel_launcher.py) into the site-packages of ``env``."""
     purelib = subprocess.run(
         [
             str(env / "bin" / "python"),
@@ -133,6 +137,8 @@ def install_magic(env):
     ).stdout.strip()
     if write_if_changed(Path(purelib) / f"{MAGIC_MODULE}.py", MAGIC_SOURCE.read_bytes()):
         log(f"%tensorboard of the portal in {env.name}")
+    if write_if_changed(Path(purelib) / f"{LAUNCHER_MODULE}.py", LAUNCHER_SOURCE.read_bytes()):
+        log(f"the portal's kernel launcher in {env.name}")
 
 
 def kernel_json(spec):

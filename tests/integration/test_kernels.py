@@ -97,7 +97,7 @@ def test_framework_imports_and_its_kernel_names_its_version(framework, kernelspe
     assert spec["argv"] == [
         str(python),
         "-m",
-        "ipykernel_launcher",
+        "portal_kernel_launcher",  # ipykernel's, with no TCP socket over ipc
         "-f",
         "{connection_file}",
         "--ext=portal_tensorboard_magic",  # the portal's %tensorboard
@@ -152,6 +152,50 @@ def test_kernel_starts_and_runs_code_as_the_user(kernel, probe, expected, two, w
     elapsed = time.monotonic() - start
     assert json.loads(result.stdout.splitlines()[-1]) == [["ok", two], ["ok", expected]]
     print(f"kernel {kernel}: started, ran 2 cells and stopped in {elapsed:.1f} s")
+
+
+# Starts KERNEL over ipc in the private runtime folder, runs a cell whose
+# forked child prints (ipykernel's IOPub pipe), and lists the kernel's TCP
+# listening sockets (ss shows a user the processes of their own sockets).
+IPC_KERNEL = """
+import json, os, subprocess, sys, uuid
+from jupyter_client.manager import KernelManager
+# as the server's kernels: the connection file, and so the sockets, in the runtime folder
+runtime = os.environ["JUPYTER_RUNTIME_DIR"]
+km = KernelManager(kernel_name=sys.argv[1], transport="ipc",
+                   connection_file=os.path.join(runtime, f"kernel-{uuid.uuid4()}.json"))
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+try:
+    kc.wait_for_ready(timeout=60)
+    out = []
+    code = ("import os\\nif os.fork() == 0:\\n"
+            "    print('from a fork', flush=True)\\n    os._exit(0)\\nos.wait()")
+    kc.execute_interactive(code, timeout=60,
+                           output_hook=lambda m: out.append(m["content"].get("text", "")))
+    pid = km.provisioner.pid
+    ss = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    tcp = [line.split()[3] for line in ss.splitlines() if f"pid={pid}," in line]
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+print(json.dumps({"printed": "".join(out), "tcp": tcp}))
+"""
+
+
+@pytest.mark.parametrize("kernel", [*FRAMEWORKS, "python3"])
+def test_a_kernel_over_ipc_listens_on_no_tcp_port_and_forks_still_print(kernel, workdir):
+    """The sessions' kernels speak ipc (deploy/jupyter_server_config.py); the
+    portal's launcher moves ipykernel's last TCP socket, the pipe of forked
+    processes' output, to ipc as well: nothing of the kernel listens on the
+    node's loopback, which every user of the node reaches."""
+    assert oct(workdir.stat().st_mode & 0o777) == "0o700"
+    result = as_user(f"{JUPYTER}/bin/python", "-c", IPC_KERNEL, kernel,
+                     env={"JUPYTER_RUNTIME_DIR": str(workdir)}, timeout=120)  # fmt: skip
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["tcp"] == [], seen
+    assert "from a fork" in seen["printed"], seen
 
 
 DEFAULT_KERNEL = """

@@ -62,6 +62,16 @@ async def run_in_session(server_url, token, code, timeout=120):
         requests.delete(server_url + f"api/kernels/{kernel}", headers=headers, timeout=60)
 
 
+async def run_in_kernel(server_url, token, kernel, code, timeout=120):
+    """``[status, printed]`` of ``code`` run in the session's running ``kernel``."""
+    headers = {"Authorization": f"token {token}"}
+    ws, msg_id = await _execute(server_url, headers, kernel, code)
+    try:
+        return await _reply(ws, msg_id, timeout)
+    finally:
+        ws.close()
+
+
 async def start_in_session(server_url, token, code, kernel_name="python3", timeout=120):
     """Start ``code`` in a new kernel of the session, as ``run_in_session``,
     and leave it running: returns the kernel's id once it is busy with it,
