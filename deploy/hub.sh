@@ -9,8 +9,11 @@
 # Least privilege: this script runs as root only to prepare. The hub (and the
 # admin service it starts) runs as [hub] user, the proxy as [hub] proxy_user,
 # both system accounts made here, each with an explicit environment (nothing
-# of the caller's). The hub's one elevated action is the sudoers rule written
-# here: sbatch and scancel as members of the portal's groups, never root.
+# of the caller's). The hub's elevated actions are the sudoers rules written
+# here: sbatch and scancel as members of the portal's groups, never root; and,
+# as root, the helper portal-extend (installed here, root's), which lengthens
+# a running session after checking it again (portal/extendhelper.py). The hub
+# holds no Slurm admin level (deploy/slurm.sh).
 # The proxy's token is made anew whenever the proxy starts (so at every
 # `make up`), in a file only the hub's account reads; the proxy alone gets
 # it, in its environment.
@@ -39,6 +42,7 @@ PROXY_USER=$PORTAL_HUB_PROXY_USER
 PROXY_KEY=$(dirname "$PORTAL_TLS_KEY")/proxy.key   # the proxy's copy of the TLS key
 SUDOERS=/etc/sudoers.d/portal
 SLURM_BIN=/usr/bin
+extend_helper_facts   # EXTEND_HELPER, EXTEND_REGISTRY, EXTEND_ARGS
 
 # clean_env NAME...: drop every exported variable but NAMEs (in a subshell
 # that then execs): the hub and the proxy inherit nothing of the caller's.
@@ -68,9 +72,50 @@ install_templates() {
     log "notebook templates installed in $dest"
 }
 
-# The sudoers rule of the hub's account: exactly Slurm's sbatch and scancel,
-# as members of the portal's groups only (never root), no password, with a
-# reset environment. Checked with visudo before it is installed.
+# The root helper that lengthens a session: a copy of portal/extendhelper.py,
+# root's and 0755, in a folder of root's. What sudo runs as root must be
+# writable by root alone, however writable the repository is; the helper
+# runs under `/usr/bin/python3 -I` and imports the standard library only.
+install_extend_helper() {
+    local source=$REPO_DIR/portal/extendhelper.py
+    install -d -m 0755 -o root -g root "$(dirname "$EXTEND_HELPER")"
+    if [ -f "$EXTEND_HELPER" ] && [ ! -L "$EXTEND_HELPER" ] && cmp -s "$source" "$EXTEND_HELPER" &&
+        [ "$(stat -c %u:%a "$EXTEND_HELPER")" = 0:755 ]; then
+        return 0
+    fi
+    install -m 0755 -o root -g root "$source" "$EXTEND_HELPER.tmp"
+    mv -f "$EXTEND_HELPER.tmp" "$EXTEND_HELPER"
+    log "installed $EXTEND_HELPER"
+}
+
+# This hub's registration with the helper, EXTEND_REGISTRY/JOB_NAME.json
+# (root's, 0644): its sessions' job name and their users' groups and uids,
+# from the settings this start uses. The helper extends only jobs of a
+# registered name; each hub (the demo's, the tests', the benchmarks') has
+# its own job name and so its own file.
+register_hub() {
+    local content file
+    content=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(hub_config.extend_registration(settings.load()))') ||
+        die "cannot register this hub with $EXTEND_HELPER: fix the setting named above"
+    file=$EXTEND_REGISTRY/$PORTAL_SLURM_JOB_NAME.json   # a plain name: checked just now
+    install -d -m 0755 -o root -g root "$EXTEND_REGISTRY"
+    if [ -f "$file" ] && [ ! -L "$file" ] && [ "$(cat "$file")" = "$content" ]; then
+        return 0
+    fi
+    rm -f "$file.tmp"
+    printf '%s\n' "$content" >"$file.tmp"
+    chown root:root "$file.tmp"
+    chmod 0644 "$file.tmp"
+    mv -f "$file.tmp" "$file"
+    log "registered the sessions named $PORTAL_SLURM_JOB_NAME with $EXTEND_HELPER ($file)"
+}
+
+# The sudoers rules of the hub's account, no password, with a reset
+# environment: exactly Slurm's sbatch and scancel, as members of the
+# portal's groups only (never root); and the helper, as root, with three
+# whole numbers as its arguments (a POSIX regular expression, sudo 1.9.10 or
+# later). sudo's match is a first filter only: the helper checks its
+# arguments and the job itself again. Checked with visudo before installed.
 render_sudoers() {
     local groups group runas=""
     groups=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(" ".join(hub_config.portal_groups(settings.load())))')
@@ -80,8 +125,10 @@ render_sudoers() {
         "# portal.toml ([hub] user, [ldap] allowed_groups); edit the settings." \
         "Runas_Alias PORTAL_USERS = ${runas}!root" \
         "Cmnd_Alias PORTAL_SLURM = $SLURM_BIN/sbatch, $SLURM_BIN/scancel" \
+        "Cmnd_Alias PORTAL_EXTEND = $EXTEND_HELPER $EXTEND_ARGS" \
         "Defaults:$HUB_USER env_reset, !setenv, !lecture" \
-        "$HUB_USER ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM"
+        "$HUB_USER ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM" \
+        "$HUB_USER ALL = (root) NOPASSWD: PORTAL_EXTEND"
 }
 
 install_sudoers() {
@@ -111,6 +158,8 @@ is_https() { [[ $PORTAL_HUB_BIND_URL == https://* ]]; }
 prepare() {
     install_templates
     ensure_service_accounts
+    install_extend_helper
+    register_hub
     install_sudoers
     check_readable
     # The hub's state (database, cookie secret, proxy token, log): its account

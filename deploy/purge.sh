@@ -3,7 +3,8 @@
 # `make up` or `make test` is a first start (.ci/run starts with it: a warm
 # machine has hidden first-start bugs before). Removes what `make up` and the
 # tests made: every job and the portal's processes, the hubs' state, the
-# service accounts (portal, portal-proxy), the sudoers rule, the certificates
+# service accounts (portal, portal-proxy), the sudoers rules, the extension
+# helper and the hubs' registrations with it, the certificates
 # and the local CA, and, for the embedded cluster ([cluster] embedded), the
 # LDAP directory with the demo and test accounts and their homes, Slurm's
 # state and configuration, the accounting database (MariaDB's data), the
@@ -123,6 +124,9 @@ purge_tls() {
 
 purge_portal() {
     rm -rf "$STATE_ROOT" /run/portal /var/log/portal /etc/sudoers.d/portal
+    extend_helper_facts
+    rm -rf "$EXTEND_REGISTRY" "$EXTEND_HELPER"
+    rmdir "$(dirname "$EXTEND_HELPER")" "$(dirname "$EXTEND_REGISTRY")" 2>/dev/null || true
     local user
     for user in "${SERVICE_USERS[@]}"; do
         id -u "$user" >/dev/null 2>&1 || continue

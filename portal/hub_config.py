@@ -325,6 +325,19 @@ def portal_groups(settings):
     return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
 
 
+def extend_registration(settings):
+    """This hub's registration with the root helper ``portal-extend``
+    (``portal.extendhelper``), as deploy/hub.sh writes it: the job name of
+    its sessions, the groups and uid range of their users (JSON text).
+    ValueError, naming the setting, when one is not plain enough for it."""
+    from portal.extendhelper import registration
+
+    hub = settings["hub"]
+    return registration(
+        settings["slurm"]["job_name"], portal_groups(settings), hub["uid_min"], hub["uid_max"]
+    )
+
+
 def public_url(settings):
     """The URL a person on this machine opens: the bind URL, 0.0.0.0 made local."""
     url = urlparse(settings["hub"]["bind_url"])

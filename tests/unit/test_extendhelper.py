@@ -15,9 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 import portal.extendhelper
+from portal import hub_config, settings
 from portal.extendhelper import (
     MAX_MINUTES,
     SUDOERS_ARGS,
+    Hub,
     Job,
     Refused,
     format_duration,
@@ -268,6 +270,17 @@ def test_what_nobody_foresaw_is_one_line_too(capsys):
 def test_a_hub_registers_plain_names_and_uids(groups, uid_min, uid_max, job_name, message):
     with pytest.raises(ValueError, match=message):
         registration(job_name, groups, uid_min, uid_max)
+
+
+def test_a_hub_registers_its_job_name_and_its_users_groups_and_uids():
+    """What deploy/hub.sh writes for a hub: from its settings, the groups by
+    the cn of [ldap] allowed_groups."""
+    site = settings.merge(settings.defaults(), {"slurm": {"job_name": "portal-test"}})
+    hub = read_registration(hub_config.extend_registration(site), "portal-test")
+    assert hub == Hub("portal-test", ("portal-admins", "portal-users"), 10000, 60000)
+    site = settings.merge(site, {"slurm": {"job_name": "my sessions"}})
+    with pytest.raises(ValueError, match="job_name 'my sessions' is not a plain name"):
+        hub_config.extend_registration(site)
 
 
 def test_a_registration_is_of_its_own_job_name():
