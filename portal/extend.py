@@ -4,14 +4,15 @@ and the admin service's ``POST api/sessions/NAME/extend``.
 
 The caller says whose session (the hub's view: its job id and profile name);
 here the request is checked, the job is read from Slurm, and the new limit is
-set with ``scontrol update`` as the hub's own account (a Slurm operator, see
-deploy/slurm.sh) and audited in the profile store. A refused request changes
+set through the root helper ``portal-extend`` (``portal.extendhelper``, run
+with sudo: the hub's account holds no Slurm admin level), which checks the
+job again, and audited in the profile store. A refused request changes
 nothing. The limit set is absolute (the old one plus the hours, checked
 against the profile's ``max_hours``), so two requests at once never pass it.
 
-Whether Slurm lets the hub's account do it at all is ``ExtensionCheck``'s:
+Whether the hub's account can run the helper at all is ``ExtensionCheck``'s:
 asked at the start of the hub and of the admin service, so that a site where
-it does not is told at once, with the command that fixes it.
+it cannot is told at once, with the command that fixes it.
 """
 
 import asyncio
@@ -22,6 +23,7 @@ import re
 import time
 from typing import NamedTuple
 
+from portal import extendhelper
 from portal.core.timelimit import ExtendError, describe_minutes, extended_limit, hours_left
 from portal.slurm import commands as slurm
 from portal.slurm.model import format_duration
@@ -32,21 +34,16 @@ log = logging.getLogger("portal.extend")
 # A hub user name (the authenticator's username_pattern): whose session.
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
-OPERATOR_HINT = (
-    "the hub's account needs Slurm operator rights to lengthen a job "
-    "(sacctmgr -i modify user {account} set adminlevel=Operator); ask your admin"
-)
-
-
 # Seconds before a check that found extensions unavailable is made again, when
 # someone asks (an admin's fix applies without a restart of the hub).
 RECHECK_SECONDS = 60
-OPERATOR_LEVELS = ("Operator", "Administrator")
+# What deploy/hub.sh does: install the helper, register the hub, write the rule.
+FIX = "deploy/hub.sh start"
 
 
 class Unavailable(NamedTuple):
     """Why sessions cannot be extended, and ``fix``: the command an admin runs
-    as root on the login node ("" when none: Slurm did not answer)."""
+    as root on the login node ("" when none: sudo did not answer)."""
 
     reason: str
     fix: str = ""
@@ -55,60 +52,74 @@ class Unavailable(NamedTuple):
         return f"{self.reason}; an admin fixes it with `{self.fix}`" if self.fix else self.reason
 
 
-def extension_problem(user, account):
-    """What keeps ``account`` (the hub's) from extending jobs, given Slurm's
-    record of it (``portal.slurm.commands.slurm_user``): None when nothing
-    does, else ``Unavailable``. slurmctld authorizes a request by its uid,
-    through the user it holds with that uid and that user's AdminLevel.
+def installed_helper():
+    """``os.stat`` of the installed helper; None when there is none."""
+    try:
+        return os.stat(extendhelper.INSTALLED_AT)
+    except FileNotFoundError:
+        return None
 
-    >>> from portal.slurm.model import SlurmUser
-    >>> extension_problem(SlurmUser("portal", 998, "Operator"), "portal") is None
+
+def registered(job_name):
+    """Whether a hub registered ``job_name`` with the helper."""
+    return os.path.isfile(os.path.join(extendhelper.REGISTRY, f"{job_name}.json"))
+
+
+def installation_problem(helper, is_registered, job_name):
+    """What keeps the helper from extending this hub's sessions, given its
+    ``os.stat`` (None: not installed) and whether the hub's ``job_name`` is
+    registered (None: not asked): None when nothing does, else Unavailable.
+
+    >>> from types import SimpleNamespace as Stat
+    >>> installation_problem(Stat(st_uid=0, st_mode=0o100755), True, "portal-jupyter") is None
     True
-    >>> no_uid = extension_problem(SlurmUser("portal", None, "Operator"), "portal")
-    >>> no_uid.reason, no_uid.fix
-    ("Slurm does not know the uid of the hub's account portal", 'scontrol reconfigure')
-    >>> extension_problem(SlurmUser("portal", 998, "None"), "portal").fix
-    'sacctmgr -i modify user portal set adminlevel=Operator'
-    >>> extension_problem(None, "portal").fix
-    'deploy/slurm.sh sync-users'
+    >>> installation_problem(None, True, "portal-jupyter").reason
+    'the extension helper /usr/local/libexec/portal/portal-extend is not installed'
+    >>> installation_problem(Stat(st_uid=999, st_mode=0o100755), True, "portal-jupyter").fix
+    'deploy/hub.sh start'
     """
-    if user is None:
+    helper_path = extendhelper.INSTALLED_AT
+    if helper is None:
+        return Unavailable(f"the extension helper {helper_path} is not installed", FIX)
+    if not extendhelper.trusted(helper) or not helper.st_mode & 0o111:
         return Unavailable(
-            f"Slurm has no user {account} (the hub's account)", "deploy/slurm.sh sync-users"
+            f"the extension helper {helper_path} is not root's alone, or not executable "
+            f"(owner uid {helper.st_uid}, mode {helper.st_mode & 0o7777:o})",
+            FIX,
         )
-    if user.uid is None:
-        # the user was added before the Unix account existed; a reconfigure looks
-        # the uid up again (assoc_mgr_set_missing_uids), as slurmctld does hourly
+    if is_registered is False:
         return Unavailable(
-            f"Slurm does not know the uid of the hub's account {account}",
-            "scontrol reconfigure",
-        )
-    if user.admin_level not in OPERATOR_LEVELS:
-        return Unavailable(
-            f"the hub's account {account} is not a Slurm operator (AdminLevel={user.admin_level})",
-            f"sacctmgr -i modify user {account} set adminlevel=Operator",
+            f"this hub's sessions ({job_name}) are not registered with the extension helper "
+            f"({extendhelper.REGISTRY}/{job_name}.json)",
+            FIX,
         )
     return None
 
 
 class ExtensionCheck:
-    """Whether Slurm lets this process's account (the hub's) extend jobs: one
-    per process (``shared``), asked at its start (``at_start``) and then kept;
-    while it says no, asked again at most every RECHECK_SECONDS when someone
-    asks. A Slurm error counts as unavailable for now, never as available."""
+    """Whether this process's account (the hub's) can extend sessions: the
+    root helper is installed, root's alone; this hub's sessions (its
+    ``job_name``, when known) are registered with it; and sudo lets the
+    account run it (``sudo -n -l``, which runs nothing). One per process
+    (``shared``), asked at its start (``at_start``) and then kept; while it
+    says no, asked again at most every RECHECK_SECONDS when someone asks.
+    An error of sudo counts as unavailable for now, never as available."""
 
     _shared = None
 
     @classmethod
-    def shared(cls, timeout=20):
+    def shared(cls, timeout=20, job_name=None):
         if cls._shared is None:
-            cls._shared = cls(pwd.getpwuid(os.geteuid()).pw_name, timeout)
+            cls._shared = cls(pwd.getpwuid(os.geteuid()).pw_name, timeout, job_name)
+        elif job_name and cls._shared.job_name is None:
+            cls._shared.job_name = job_name
         return cls._shared
 
-    def __init__(self, account, timeout=20):
+    def __init__(self, account, timeout=20, job_name=None):
         self.account = account
         self.timeout = timeout
-        self.problem = Unavailable("Slurm has not been asked yet")
+        self.job_name = job_name
+        self.problem = Unavailable("not asked yet")
         self.checked_at = None  # monotonic time of the last answer; None: none yet
         self._inflight = None
 
@@ -118,7 +129,7 @@ class ExtensionCheck:
         )
 
     async def refresh(self):
-        """Ask Slurm now (one query for callers at once): None, or ``Unavailable``."""
+        """Ask now (one question for callers at once): None, or ``Unavailable``."""
         return await asyncio.shield(self._asking())
 
     def _asking(self):
@@ -127,30 +138,38 @@ class ExtensionCheck:
         return self._inflight
 
     async def _ask(self):
-        try:
-            user = await slurm.slurm_user(self.account, self.timeout)
-        except (slurm.SlurmError, OSError) as e:
-            problem = Unavailable(
-                f"Slurm did not say whether the hub's account {self.account} may change "
-                f"jobs ({str(e)[:200]}); try again later"
-            )
-        else:
-            problem = extension_problem(user, self.account)
+        is_registered = registered(self.job_name) if self.job_name else None
+        problem = installation_problem(installed_helper(), is_registered, self.job_name)
+        if problem is None:
+            try:
+                allowed = await slurm.may_run_helper(self.timeout)
+            except (slurm.SlurmError, OSError) as e:
+                problem = Unavailable(
+                    f"sudo did not say whether the hub's account {self.account} may run the "
+                    f"extension helper ({str(e)[:200]}); try again later"
+                )
+            else:
+                if not allowed:
+                    problem = Unavailable(
+                        f"sudo does not let the hub's account {self.account} run "
+                        f"{extendhelper.INSTALLED_AT}",
+                        FIX,
+                    )
         if problem is None and self.problem is not None and self.checked_at is not None:
             log.info(
-                "Session extensions are available again: Slurm knows %s as uid %s, %s",
-                self.account, user.uid, user.admin_level,
+                "Session extensions are available again: %s may run %s",
+                self.account, extendhelper.INSTALLED_AT,
             )  # fmt: skip
         self.problem, self.checked_at = problem, time.monotonic()
         return problem
 
     async def verdict(self):
-        """None when extensions are available, else ``Unavailable``; Slurm is
-        asked when it has not been yet, or said no RECHECK_SECONDS ago."""
+        """None when extensions are available, else ``Unavailable``; asked
+        when it has not been yet, or said no RECHECK_SECONDS ago."""
         return await self.refresh() if self.stale() else self.problem
 
     def last_verdict(self):
-        """For a page that cannot wait: ``Unavailable`` as Slurm last said, else
+        """For a page that cannot wait: ``Unavailable`` as last answered, else
         None (available, or not asked yet); a stale "no" is asked again
         meanwhile, for the next page."""
         if self.checked_at is None:
@@ -160,14 +179,14 @@ class ExtensionCheck:
         return self.problem
 
     async def at_start(self, logger=log):
-        """Ask Slurm at the start of the hub or the service: an ERROR in the
-        log, once, when extensions are unavailable, with the command that fixes it."""
+        """Ask at the start of the hub or the service: an ERROR in the log,
+        once, when extensions are unavailable, with the command that fixes it."""
         problem = await self.refresh()
         if problem is not None:
             fix = problem.fix and f"To fix it, run as root on the login node: {problem.fix}"
             logger.error(
                 "Session extensions are unavailable: %s. %s",
-                problem.reason, fix or "Slurm is asked again at the next extension.",
+                problem.reason, fix or "It is asked again at the next extension.",
             )  # fmt: skip
         return problem
 
@@ -189,8 +208,8 @@ class SessionExtender:
         self.store = store
         self.job_name = job_name
         self.timeout = timeout
-        # whether Slurm lets the account its commands run as (the hub's) extend jobs
-        self.check = ExtensionCheck.shared(timeout)
+        # whether the account its commands run as (the hub's) may run the helper
+        self.check = ExtensionCheck.shared(timeout, job_name)
         self.account = self.check.account
 
     def profile(self, name):
@@ -241,16 +260,17 @@ class SessionExtender:
         new = extended_limit(limit, hours, profile.max_hours, profile.display_name)
         await self.check_slurm_caps(job_id, new)
         try:
-            await slurm.set_time_limit(str(job_id), new, self.timeout)
+            await slurm.set_time_limit(str(job_id), new, profile.max_hours * 60, self.timeout)
         except slurm.SlurmError as e:
             log.error(
-                "Slurm refused to extend job %s of %s to %s: %s (is %s a Slurm operator?)",
-                job_id, user, format_duration(new), e, self.account,
+                "The time limit of job %s of %s was not set to %s: %s",
+                job_id, user, format_duration(new), e,
             )  # fmt: skip
-            message = f"Slurm refused to change the time limit ({e})"
-            if "denied" in str(e).lower() or "invalid user" in str(e).lower():
+            message = f"The time limit was not changed ({e})"
+            if not isinstance(e, slurm.HelperRefused):  # sudo did not run it: why?
                 problem = await self.check.refresh()  # what changed since it was asked
-                message += ": " + str(problem or OPERATOR_HINT.format(account=self.account))
+                if problem is not None:
+                    message += f": {problem}"
             raise ExtendError(message, status=502) from None
         try:
             self.store.record_extension(actor, user, job_id, profile.name, limit, new)
@@ -269,9 +289,10 @@ class SessionExtender:
         return result
 
     async def check_slurm_caps(self, job_id, new):
-        """The hub's account is a Slurm operator, whose ``scontrol update``
-        Slurm does not hold to the partition's MaxTime or the QOS's MaxWall:
-        they are checked here (refused when they cannot be read)."""
+        """Slurm does not hold root's ``scontrol update`` (the helper's) to
+        the partition's MaxTime or the QOS's MaxWall: they are checked here,
+        for a clear answer (refused when they cannot be read), and again by
+        the helper."""
         try:
             caps = await slurm.wall_caps(str(job_id), self.timeout)
         except slurm.SlurmError as e:

@@ -59,6 +59,8 @@ ACCOUNT = "portal"
 # (portal.core.profiles.MAX_HOURS).
 MAX_MINUTES = 30 * 24 * 60
 USAGE = "usage: portal-extend JOB MINUTES PROFILE_MAX"
+# What begins each refusal on stderr (the hub takes the reason after it).
+PREFIX = "portal-extend: "
 # The sudoers rule's arguments (deploy/hub.sh): what sudo lets through at all.
 SUDOERS_ARGS = "^[0-9]{1,10} [0-9]{1,6} [0-9]{1,6}$"
 
@@ -474,10 +476,11 @@ def main(argv=None, system=None):
         print(extend(argv, system or System()))
         return 0
     except Refused as e:
-        print(f"portal-extend: {e}", file=sys.stderr)
+        print(f"{PREFIX}{e}", file=sys.stderr)
         return e.status
     except Exception as e:  # one line, whatever went wrong
-        print(f"portal-extend: failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+        text = " ".join(str(e).split())[:200]
+        print(f"{PREFIX}failed: {type(e).__name__}: {text}", file=sys.stderr)
         return 1
 
 

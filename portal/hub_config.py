@@ -272,14 +272,16 @@ def start_shared_poll(c):
 
 
 def check_extensions(settings):
-    """Ask Slurm, as the hub starts, whether it lets the hub's account extend
-    sessions (``portal.extend.ExtensionCheck``): if not, the hub's log says so
-    at once, with the command that fixes it, rather than a user's first try."""
+    """Ask, as the hub starts, whether the hub's account can extend sessions
+    through the root helper (``portal.extend.ExtensionCheck``): if not, the
+    hub's log says so at once, with the command that fixes it, rather than a
+    user's first try."""
     from traitlets.log import get_logger
 
     from portal.extend import ExtensionCheck
 
-    check = ExtensionCheck.shared(settings["slurm"]["command_timeout"])
+    slurm = settings["slurm"]
+    check = ExtensionCheck.shared(slurm["command_timeout"], slurm["job_name"])
     when_the_hub_runs(lambda: asyncio.ensure_future(check.at_start(get_logger())))
 
 

@@ -988,7 +988,7 @@ class PortalSpawner(SlurmSpawner):
         """The card's time limit (Slurm's, which an extension changes) and how
         many more hours the profile allows now (the store's ``max_hours``, as
         ``portal.extend`` checks it): ``extend_hours``, 0 when none; and
-        ``extend_unavailable``, why Slurm lets the hub extend no session."""
+        ``extend_unavailable``, why the hub can extend no session."""
         limit = job.time_limit if job else None
         if limit is None and self.job_slice:
             limit = self.job_slice.hours * 60
@@ -999,7 +999,7 @@ class PortalSpawner(SlurmSpawner):
         more = 0
         if profile is not None and limit is not None and job is not None and job.running:
             more = hours_left(limit, profile.max_hours)
-        unavailable = ExtensionCheck.shared(self.slurm_timeout).last_verdict()
+        unavailable = ExtensionCheck.shared(self.slurm_timeout, self.job_name).last_verdict()
         return {
             "time_limit": describe_minutes(limit) if limit is not None else "",
             "max_hours": profile.max_hours if profile is not None else 0,

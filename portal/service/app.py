@@ -121,7 +121,7 @@ def main():
 
     ioloop.PeriodicCallback(exit_with_the_hub, 1000).start()
     loop = ioloop.IOLoop.current()
-    # whether Slurm lets the hub's account extend sessions: logged now if not
+    # whether the hub's account can extend sessions (the root helper): logged now if not
     loop.spawn_callback(ExtensionCheck.shared().at_start)
     # The hub stops its services with SIGINT (then SIGTERM after 10 s). Set
     # explicitly: a hub started in the background (hub.sh) passes SIGINT on

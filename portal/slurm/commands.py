@@ -1,6 +1,7 @@
 """Every Slurm command the portal runs: its command line, how it runs (as the
-hub's account, or as a user through the sudoers rule), its environment and
-timeout, and which parser reads its output.
+hub's account, as a user through the sudoers rule, or through the root
+helper ``portal-extend``), its environment and timeout, and which parser
+reads its output.
 
 Commands run as argument lists (no shell), with ``MINIMAL_ENV`` and never
 the caller's environment, and are killed after ``timeout`` seconds. A
@@ -8,12 +9,13 @@ command that fails or times out raises SlurmError with Slurm's own message.
 """
 
 import asyncio
+import os
 
-from .model import format_duration
+from portal import extendhelper
+
 from .parse import (
     SlurmError,
     max_time_minutes,
-    parse_assoc_users,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
@@ -74,17 +76,17 @@ async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
         raise
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
-        raise SlurmError(f"{_name(argv)} failed: {message}")
+        raise SlurmError(f"{_name(argv)} failed: {message}", proc.returncode)
     if with_stderr:
         out += err
     return out.decode(errors="replace").strip()
 
 
 def _name(argv):
-    """The Slurm command in ``argv``, past any ``sudo ... --`` prefix."""
+    """The command in ``argv``, past any ``sudo ... --`` prefix, without its folder."""
     if "--" in argv:
-        return argv[argv.index("--") + 1]
-    return argv[0]
+        return os.path.basename(argv[argv.index("--") + 1])
+    return os.path.basename(argv[0])
 
 
 def as_user(username, argv):
@@ -92,6 +94,14 @@ def as_user(username, argv):
     never ``-E``; sudo resets the environment, and ``run`` gives sudo itself
     only ``MINIMAL_ENV``. ``-n``: fail at once rather than ask for a password."""
     return ["sudo", "-n", "-u", username, "--", *argv]
+
+
+def as_root_helper(*args):
+    """The root helper ``portal-extend ARGS`` (portal/extendhelper.py, installed
+    root's by deploy/hub.sh) through its sudoers rule, which lets the hub's
+    account run it as root with three whole numbers; as ``as_user``, no
+    ``-E``, and ``run`` gives sudo ``MINIMAL_ENV`` alone."""
+    return ["sudo", "-n", "--", extendhelper.INSTALLED_AT, *args]
 
 
 # -- as the hub's account --------------------------------------------------
@@ -149,9 +159,11 @@ async def running_limit(job_id, username, job_name, timeout):
 
 
 async def wall_caps(job_id, timeout):
-    """Slurm's own caps on ``job_id``'s time limit, which a Slurm operator's
-    ``scontrol update`` would not enforce: ``{"partition gpu": minutes,
-    "QOS portal": minutes}`` (None: no cap). SlurmError when one cannot be read."""
+    """Slurm's own caps on ``job_id``'s time limit, which root's ``scontrol
+    update`` (the helper's) is not held to: ``{"partition gpu": minutes,
+    "QOS portal": minutes}`` (None: no cap). SlurmError when one cannot be
+    read. The hub checks them to answer with a clear message; the helper
+    checks them again."""
     fields = (await run(["squeue", "-h", "-j", job_id, "-o", "%P|%q"], timeout=timeout)).strip()
     partition, _, qos = fields.partition("|")
     if not partition or not qos:
@@ -168,20 +180,44 @@ async def wall_caps(job_id, timeout):
     }
 
 
-async def set_time_limit(job_id, minutes, timeout):
-    """Set a job's time limit (``scontrol update JobId=J TimeLimit=...``), as
-    the hub's account: lengthening a job needs Slurm operator rights
-    (``sacctmgr modify user HUB set adminlevel=Operator``, deploy/slurm.sh)."""
-    argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={format_duration(minutes)}"]
-    await run(argv, timeout=timeout)
+# -- through the root helper -----------------------------------------------
 
 
-async def slurm_user(name, timeout):
-    """The user ``name`` as slurmctld holds it now (``scontrol show assoc_mgr``:
-    its uid and AdminLevel, by which it authorizes a request), as a
-    ``SlurmUser``; None when slurmctld has no such user."""
-    argv = ["scontrol", "show", "assoc_mgr", f"users={name}", "flags=users"]
-    return parse_assoc_users(await run(argv, timeout=timeout)).get(name)
+class HelperRefused(SlurmError):
+    """The root helper refused, with its one-line reason; nothing changed."""
+
+
+async def set_time_limit(job_id, minutes, profile_max, timeout):
+    """Lengthen the running session ``job_id`` to ``minutes`` (``profile_max``:
+    the most its profile allows, in minutes) through the root helper, which
+    checks the job and Slurm's caps again and runs ``scontrol update JobId=J
+    TimeLimit=...`` as root. The hub's account holds no Slurm admin level:
+    Slurm lets a user only shorten their own job. Returns the new limit as
+    the helper printed it; HelperRefused with the helper's one-line reason
+    when it refuses (nothing changed); SlurmError with sudo's when sudo does
+    not run it ("a password is required": no rule lets this account)."""
+    argv = as_root_helper(str(job_id), str(minutes), str(profile_max))
+    try:
+        return await run(argv, timeout=timeout)
+    except SlurmError as e:
+        _, said, reason = str(e).partition(extendhelper.PREFIX)
+        if said:
+            raise HelperRefused(f"portal-extend refused: {reason}", e.returncode) from None
+        raise
+
+
+async def may_run_helper(timeout):
+    """Whether sudo lets this account run the root helper: ``sudo -n -l
+    HELPER 1 60 60``, which runs nothing, exits 0 when a rule lets it and 1
+    when none does. SlurmError when sudo gives no answer."""
+    argv = ["sudo", "-n", "-l", extendhelper.INSTALLED_AT, "1", "60", "60"]
+    try:
+        await run(argv, timeout=timeout)
+    except SlurmError as e:
+        if e.returncode == 1:
+            return False
+        raise
+    return True
 
 
 # -- as a user -------------------------------------------------------------

@@ -127,15 +127,6 @@ class Partition:
         return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
 
 
-@dataclass(frozen=True)
-class SlurmUser:
-    """A user as slurmctld holds it (``scontrol show assoc_mgr flags=users``)."""
-
-    name: str
-    uid: int | None  # None: slurmctld found no Unix account of that name when it loaded it
-    admin_level: str  # "Not Set", "None", "Operator" or "Administrator"
-
-
 def format_duration(minutes):
     """Minutes as Slurm writes a time limit (``scontrol show job``'s
     ``TimeLimit``), and as ``scontrol update ... TimeLimit=`` takes it.

@@ -2,7 +2,7 @@
 
 import re
 
-from .model import Job, Node, Partition, SlurmUser, parse_time
+from .model import Job, Node, Partition, parse_time
 
 JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
 BRACKET_RE = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
@@ -11,11 +11,6 @@ BRACKET_RE = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
 # hold any text, "Nodes=" and "GRES=" included.
 DETAIL_LINE_RE = re.compile(r"^\s+Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S+)$")
 GPU_IDX_RE = re.compile(r"(?:^|[=,])gpu[^,(\s]*\(IDX:([\d,-]+)\)")
-# A user record of `scontrol show assoc_mgr flags=users`: "UserName=NAME(UID) ...
-# AdminLevel=LEVEL" (LEVEL may be "Not Set"); an association's line starts otherwise.
-ASSOC_USER_RE = re.compile(r"^UserName=([^\s(]+)(?:\((\d+)\))?\s.*\bAdminLevel=(.+?)\s*$")
-# Slurm's NO_VAL: the uid of a user slurmctld found no Unix account for.
-NO_VAL = 4294967294
 # The most names a host list may expand to: far above any session's nodes, far
 # below what would stall the hub ("x[0-999999999]" is 14 characters).
 MAX_HOSTS = 4096
@@ -23,7 +18,12 @@ MAX_HOSTS = 4096
 
 class SlurmError(RuntimeError):
     """A Slurm command failed or timed out, or printed what cannot be read;
-    ``str()`` says which and why."""
+    ``str()`` says which and why, ``returncode`` is the exit status of a
+    command that failed (None otherwise)."""
+
+    def __init__(self, message, returncode=None):
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def parse_job_id(output):
@@ -251,29 +251,6 @@ def parse_running_limit(text, job_id):
         if len(parts) == 3 and parts[0] == str(job_id):
             return max_time_minutes(parts[1]), parse_time(parts[2])
     return None
-
-
-def parse_assoc_users(text):
-    """The user records of ``scontrol show assoc_mgr users=NAME flags=users``
-    -> ``{name: SlurmUser}``; the uid is None where slurmctld holds none
-    (NO_VAL, or no uid written).
-
-    >>> healthy = "UserName=portal(998) DefAccount=portal DefWckey=(null) AdminLevel=Operator"
-    >>> parse_assoc_users("Current Association Manager state\\n\\nUser Records\\n\\n" + healthy)
-    {'portal': SlurmUser(name='portal', uid=998, admin_level='Operator')}
-    >>> parse_assoc_users("UserName=portal(4294967294) DefAccount=portal AdminLevel=Not Set")
-    {'portal': SlurmUser(name='portal', uid=None, admin_level='Not Set')}
-    >>> parse_assoc_users("No users currently cached in Slurm.")
-    {}
-    """
-    users = {}
-    for line in text.splitlines():
-        match = ASSOC_USER_RE.match(line.strip())
-        if match:
-            name, uid, level = match.groups()
-            uid = int(uid) if uid else None
-            users[name] = SlurmUser(name, None if uid == NO_VAL else uid, level)
-    return users
 
 
 def parse_job_fields(text):

@@ -1,10 +1,13 @@
 """Extending a session's time limit without Slurm: the arithmetic and its
-messages (portal.core.timelimit), what the session card offers, and whether
-Slurm lets the hub extend at all (portal.extend.ExtensionCheck, with Slurm's
-command runner replaced, in this unit test only, by a stand-in that answers
-as slurmctld would). The operation itself (portal.extend: squeue, Slurm's
-caps, scontrol, the audit) is tested against the real Slurm by
-tests/integration/test_extend.py."""
+messages (portal.core.timelimit), what the session card offers, whether the
+hub can extend at all (portal.extend.ExtensionCheck: the root helper
+installed and registered, sudo's rule), and how the hub runs the helper and
+passes on its refusal, with the command runner and the files replaced, in
+this unit test only, by stand-ins that answer as sudo, Slurm and the helper
+would. The operation itself (portal.extend: squeue, Slurm's caps, the
+helper behind sudo, the audit) is tested against the real Slurm by
+tests/integration/test_extend.py; the helper's own checks by
+tests/unit/test_extendhelper.py."""
 
 import asyncio
 import doctest
@@ -141,104 +144,138 @@ def test_installing_the_card_handler_routes_it_and_the_home_page():
     assert run.stdout.split() == ["SessionExtendHandler", "PortalHomeHandler", "2"]
 
 
-class Slurmctld:
-    """Answers ``scontrol show assoc_mgr users=portal flags=users`` as slurmctld
-    would, with ``record``: ``(name, level)``, None (no such user) or a
-    SlurmError (no answer); and
-    refuses any other command: the check changes nothing."""
+HELPER = "/usr/local/libexec/portal/portal-extend"
+ROOTS = SimpleNamespace(st_uid=0, st_mode=0o100755)  # the helper as deploy/hub.sh installs it
 
-    def __init__(self, record):
-        self.record = record
+
+class Sudo:
+    """Answers ``sudo -n -l HELPER 1 60 60`` as sudo would, with ``answer``:
+    True (a rule lets the account: exit 0), False (none does: exit 1, as
+    sudo does silently) or a SlurmError (no answer); and refuses any other
+    command: the check runs nothing. ``installed`` (the helper's stat, None:
+    missing) and ``registered`` stand in for the files deploy/hub.sh writes."""
+
+    def __init__(self, answer=True):
+        self.answer = answer
+        self.installed = ROOTS
+        self.registered = True
         self.calls = []
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
-        assert argv == ["scontrol", "show", "assoc_mgr", "users=portal", "flags=users"], argv
-        if isinstance(self.record, Exception):
-            raise self.record
-        text = "Current Association Manager state\n\n"
-        if self.record is None:
-            return text + "No users currently cached in Slurm."
-        name, level = self.record
-        record = f"UserName={name} DefAccount=portal DefWckey=(null) AdminLevel={level}"
-        return text + "User Records\n\n" + record
+        assert argv == ["sudo", "-n", "-l", HELPER, "1", "60", "60"], argv
+        assert env is None  # the runner's MINIMAL_ENV, nothing of the hub's
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        if not self.answer:
+            raise SlurmError("sudo failed: exit status 1", 1)
+        return f"{HELPER} 1 60 60"
 
 
 @pytest.fixture
-def slurmctld(monkeypatch):
-    ctld = Slurmctld(("portal(998)", "Operator"))
-    monkeypatch.setattr(commands, "run", ctld)
-    return ctld
+def sudo(monkeypatch):
+    stand_in = Sudo()
+    monkeypatch.setattr(commands, "run", stand_in)
+    monkeypatch.setattr(portal.extend, "installed_helper", lambda: stand_in.installed)
+    monkeypatch.setattr(portal.extend, "registered", lambda job_name: stand_in.registered)
+    return stand_in
 
 
 def older(check, seconds=RECHECK_SECONDS):
     check.checked_at -= seconds
 
 
+FIX = "deploy/hub.sh start"
+
+
 @pytest.mark.parametrize(
-    "record, fix",
+    "installed, registered, answer, reason",
     [
-        (("portal(998)", "Operator"), None),
-        (("portal(998)", "Administrator"), None),
-        (("portal(4294967294)", "Operator"), "scontrol reconfigure"),
-        (("portal(998)", "None"), "sacctmgr -i modify user portal set adminlevel=Operator"),
-        (("portal(998)", "Not Set"), "sacctmgr -i modify user portal set adminlevel=Operator"),
-        (None, "deploy/slurm.sh sync-users"),
+        (ROOTS, True, True, None),
+        (None, True, True, f"the extension helper {HELPER} is not installed"),
+        (
+            SimpleNamespace(st_uid=999, st_mode=0o100755),
+            True,
+            True,
+            f"the extension helper {HELPER} is not root's alone, or not executable "
+            "(owner uid 999, mode 755)",
+        ),
+        (
+            SimpleNamespace(st_uid=0, st_mode=0o100775),
+            True,
+            True,
+            f"the extension helper {HELPER} is not root's alone, or not executable "
+            "(owner uid 0, mode 775)",
+        ),
+        (
+            ROOTS,
+            False,
+            True,
+            "this hub's sessions (portal-jupyter) are not registered with the extension "
+            "helper (/etc/portal/extend.d/portal-jupyter.json)",
+        ),
+        (ROOTS, True, False, f"sudo does not let the hub's account portal run {HELPER}"),
     ],
 )
-async def test_extensions_need_slurm_to_know_the_hubs_uid_as_an_operator(slurmctld, record, fix):
-    slurmctld.record = record
-    problem = await ExtensionCheck("portal", 5).verdict()
-    assert (problem.fix if problem else None) == fix
-    assert not problem or f"an admin fixes it with `{fix}`" in str(problem)
+async def test_extensions_need_the_helper_root_s_registered_and_allowed_by_sudo(
+    sudo, installed, registered, answer, reason
+):
+    sudo.installed, sudo.registered, sudo.answer = installed, registered, answer
+    problem = await ExtensionCheck("portal", 5, "portal-jupyter").verdict()
+    assert (problem.reason if problem else None) == reason
+    assert not problem or str(problem) == f"{reason}; an admin fixes it with `{FIX}`"
+    # sudo is asked only of a helper installed as it should be
+    assert len(sudo.calls) == (1 if installed is ROOTS and registered else 0)
 
 
-async def test_a_slurm_error_is_no_verdict_and_is_asked_again(slurmctld):
-    slurmctld.record = SlurmError("scontrol failed: Unable to contact slurm controller")
+async def test_a_sudo_that_gives_no_answer_is_no_verdict_and_is_asked_again(sudo):
+    sudo.answer = SlurmError("sudo gave no answer within 5 s")
     check = ExtensionCheck("portal", 5)
     problem = await check.verdict()
     assert problem is not None and problem.fix == ""
-    assert "Unable to contact slurm controller" in problem.reason
-    assert problem.reason.endswith("try again later")
-    slurmctld.record = ("portal(998)", "Operator")
+    assert problem.reason == (
+        "sudo did not say whether the hub's account portal may run the extension helper "
+        "(sudo gave no answer within 5 s); try again later"
+    )
+    sudo.answer = True
     older(check)
     assert await check.verdict() is None
 
 
-async def test_a_no_is_asked_again_at_most_every_minute_a_yes_is_kept(slurmctld):
-    slurmctld.record = ("portal(4294967294)", "Operator")
+async def test_a_no_is_asked_again_at_most_every_minute_a_yes_is_kept(sudo):
+    sudo.answer = False
     check = ExtensionCheck("portal", 5)
-    assert (await check.verdict()).fix == "scontrol reconfigure"
-    slurmctld.record = ("portal(998)", "Operator")  # the admin's scontrol reconfigure
-    assert (await check.verdict()).fix == "scontrol reconfigure"
-    assert len(slurmctld.calls) == 1
+    assert (await check.verdict()).fix == FIX
+    sudo.answer = True  # the admin's deploy/hub.sh start
+    assert (await check.verdict()).fix == FIX
+    assert len(sudo.calls) == 1
     older(check, RECHECK_SECONDS - 5)
-    assert await check.verdict() is not None and len(slurmctld.calls) == 1
+    assert await check.verdict() is not None and len(sudo.calls) == 1
     older(check, 5)
-    assert await check.verdict() is None and len(slurmctld.calls) == 2
+    assert await check.verdict() is None and len(sudo.calls) == 2
     older(check, 10 * RECHECK_SECONDS)
-    assert await check.verdict() is None and len(slurmctld.calls) == 2
+    assert await check.verdict() is None and len(sudo.calls) == 2
     # callers at once share one question
     fresh = ExtensionCheck("portal", 5)
     assert await asyncio.gather(fresh.verdict(), fresh.verdict()) == [None, None]
-    assert len(slurmctld.calls) == 3
+    assert len(sudo.calls) == 3
 
 
-async def test_a_page_shows_the_last_no_and_has_it_asked_again(slurmctld):
+async def test_a_page_shows_the_last_no_and_has_it_asked_again(sudo):
     check = ExtensionCheck("portal", 5)
-    assert check.last_verdict() is None and slurmctld.calls == []  # never asked: no verdict
-    slurmctld.record = None
+    assert check.last_verdict() is None and sudo.calls == []  # never asked: no verdict
+    sudo.installed = None
     await check.refresh()
-    assert check.last_verdict().fix == "deploy/slurm.sh sync-users"
-    slurmctld.record = ("portal(998)", "Operator")  # the admin's sync-users
+    assert check.last_verdict().reason.endswith("is not installed")
+    sudo.installed = ROOTS  # the admin's deploy/hub.sh start
     older(check)
-    assert check.last_verdict().fix == "deploy/slurm.sh sync-users"  # this page: as it was
+    assert check.last_verdict().reason.endswith("is not installed")  # this page: as it was
     await check._inflight
-    assert check.last_verdict() is None and len(slurmctld.calls) == 2
+    assert check.last_verdict() is None and len(sudo.calls) == 1
 
 
-async def test_the_start_logs_what_to_fix_once(slurmctld, caplog):
-    slurmctld.record = ("portal(4294967294)", "Operator")
+async def test_the_start_logs_what_to_fix_once(sudo, caplog):
+    sudo.answer = False
     check = ExtensionCheck("portal", 5)
     with caplog.at_level(logging.INFO, logger="portal.extend"):
         await check.at_start()
@@ -246,30 +283,98 @@ async def test_the_start_logs_what_to_fix_once(slurmctld, caplog):
         await check.verdict()  # asked again: not logged again
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [
-        "Session extensions are unavailable: Slurm does not know the uid of the hub's "
-        "account portal. To fix it, run as root on the login node: scontrol reconfigure"
+        f"Session extensions are unavailable: sudo does not let the hub's account portal run "
+        f"{HELPER}. To fix it, run as root on the login node: {FIX}"
     ]
     caplog.clear()
-    slurmctld.record = ("portal(998)", "Operator")
+    sudo.answer = True
     with caplog.at_level(logging.INFO, logger="portal.extend"):
         older(check)
         assert await check.verdict() is None
-    assert "available again" in caplog.text
+    assert f"Session extensions are available again: portal may run {HELPER}" in caplog.text
 
 
-async def test_an_unavailable_extension_is_refused_and_changes_nothing(slurmctld, store):
-    slurmctld.record = ("portal(4294967294)", "Operator")
+async def test_an_unavailable_extension_is_refused_and_changes_nothing(sudo, store):
+    sudo.answer = False
     extender = SessionExtender(store, "unit-extend", timeout=5)
-    extender.check = ExtensionCheck("portal", 5)
+    extender.check = ExtensionCheck("portal", 5, "unit-extend")
     with pytest.raises(ExtendError) as e:
         await extender.extend("alice", "77", "pytorch", 1, "alice")
     assert e.value.status == 503
     assert str(e.value) == (
-        "Extensions are unavailable: Slurm does not know the uid of the hub's account portal; "
-        "an admin fixes it with `scontrol reconfigure`"
+        f"Extensions are unavailable: sudo does not let the hub's account portal run {HELPER}; "
+        f"an admin fixes it with `{FIX}`"
     )
-    assert [argv[:3] for argv in slurmctld.calls] == [["scontrol", "show", "assoc_mgr"]]
+    assert [argv[:3] for argv in sudo.calls] == [["sudo", "-n", "-l"]]  # nothing else ran
     assert store.extensions(user="alice") == []
+
+
+class Helper:
+    """The hub's commands of one extension, answered as Slurm and the root
+    helper would: the job (2 h, running), its caps (a day), then the
+    helper's answer to ``sudo -n HELPER 77 MINUTES MAX``: ``refusal`` (its
+    one line, exit 1), sudo's own refusal, or the new limit."""
+
+    def __init__(self, refusal=None):
+        self.refusal = refusal
+        self.helper_calls = []
+        self.sudo_lists = 0
+
+    async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
+        assert env is None
+        if argv[:3] == ["sudo", "-n", "-l"]:
+            self.sudo_lists += 1
+            return "allowed"
+        if argv[:2] == ["squeue", "-h"] and "%i|%l|%e" in argv:
+            return "77|2:00:00|2026-11-23T20:00:00"
+        if argv[:2] == ["squeue", "-h"]:
+            return "gpu|portal"
+        if argv[:3] == ["scontrol", "show", "partition"]:
+            return "PartitionName=gpu MaxTime=7-00:00:00"
+        if argv[0] == "sacctmgr":
+            return "1-00:00:00"
+        assert argv[:3] == ["sudo", "-n", "--"], argv
+        self.helper_calls.append(argv[3:])
+        if self.refusal is not None:
+            raise SlurmError(f"portal-extend failed: {self.refusal}", 1)
+        return "05:00:00"
+
+
+async def test_the_hub_extends_through_the_root_helper_and_says_why_it_refused(
+    sudo, store, monkeypatch
+):
+    """The hub's side: its own checks pass, then the helper is run with the
+    job, the new limit and the profile's most (24 h: 1440 min); its refusal
+    reaches the user as its one line, and nothing is audited."""
+    helper = Helper(
+        "portal-extend: job 77 is COMPLETING, not RUNNING: only a running session is extended"
+    )
+    monkeypatch.setattr(commands, "run", helper)
+    extender = SessionExtender(store, "unit-extend", timeout=5)
+    extender.check = ExtensionCheck("portal", 5, "unit-extend")
+    with pytest.raises(ExtendError) as e:
+        await extender.extend("alice", "77", "pytorch", 3, "alice")
+    assert helper.helper_calls == [[HELPER, "77", "300", "1440"]]
+    assert e.value.status == 502
+    assert str(e.value) == (
+        "The time limit was not changed (portal-extend refused: job 77 is COMPLETING, not "
+        "RUNNING: only a running session is extended)"
+    )
+    assert store.extensions(user="alice") == []
+    # sudo itself refused (the rule is gone since the check): the check is asked again
+    helper.refusal = "sudo: a password is required"
+    asked = helper.sudo_lists
+    with pytest.raises(ExtendError) as e:
+        await extender.extend("alice", "77", "pytorch", 3, "alice")
+    assert str(e.value) == (
+        "The time limit was not changed (portal-extend failed: sudo: a password is required)"
+    )
+    assert helper.sudo_lists == asked + 1
+    # the vision profile allows 4 h: the helper is told so
+    helper.refusal = None
+    await extender.extend("alice", "77", "vision", 2, "alice")
+    assert helper.helper_calls[-1] == [HELPER, "77", "240", "240"]
+    assert [e["to_limit"] for e in store.extensions(user="alice")] == ["04:00:00"]
 
 
 async def test_the_card_says_why_extensions_are_unavailable(store, monkeypatch):
@@ -277,27 +382,33 @@ async def test_the_card_says_why_extensions_are_unavailable(store, monkeypatch):
     check = ExtensionCheck("portal", 5)
     monkeypatch.setattr(ExtensionCheck, "_shared", check)
     assert s.session_info()["extend_unavailable"] == ""  # not asked yet: the form
-    check.problem = portal.extend.extension_problem(None, "portal")
+    check.problem = portal.extend.installation_problem(None, True, "unit-extend-card")
     check.checked_at = time.monotonic()
     info = s.session_info()
     assert info["extend_unavailable"] == (
-        "Slurm has no user portal (the hub's account); "
-        "an admin fixes it with `deploy/slurm.sh sync-users`"
+        f"the extension helper {HELPER} is not installed; an admin fixes it with `{FIX}`"
     )
     assert info["extend_hours"] == 2  # what the profile allows stays as it is
 
 
-async def test_the_hub_asks_as_it_starts(slurmctld, monkeypatch, caplog):
+async def test_the_hub_asks_as_it_starts(sudo, monkeypatch, caplog):
     """jupyterhub_config.py's hook: run in the hub's loop once the config is loaded."""
-    slurmctld.record = ("portal(998)", "None")
-    check = ExtensionCheck("portal", 5)
-    monkeypatch.setattr(ExtensionCheck, "_shared", check)
+    sudo.registered = False
+    monkeypatch.setattr(ExtensionCheck, "_shared", None)
     with caplog.at_level(logging.ERROR):
-        hub_config.check_extensions({"slurm": {"command_timeout": 5}})
-        assert slurmctld.calls == []  # not while the config loads
+        hub_config.check_extensions({"slurm": {"command_timeout": 5, "job_name": "site-jobs"}})
+        assert sudo.calls == []  # not while the config loads
         for _ in range(100):
             if "Session extensions are unavailable" in caplog.text:
                 break
             await asyncio.sleep(0.01)
-    assert len(slurmctld.calls) == 1 and check.problem.fix.startswith("sacctmgr")
-    assert "Session extensions are unavailable: the hub's account portal" in caplog.text
+    check = ExtensionCheck._shared
+    assert check.job_name == "site-jobs" and check.problem.fix == FIX
+    assert (
+        "Session extensions are unavailable: this hub's sessions (site-jobs) are not "
+        "registered with the extension helper" in caplog.text
+    )
+    # the spawner and the service share it, and it keeps the hub's job name
+    assert (
+        ExtensionCheck.shared(5) is check and ExtensionCheck.shared(5, "x").job_name == "site-jobs"
+    )

@@ -4,8 +4,7 @@ import pytest
 
 from portal.slurm import model, parse
 from portal.slurm.commands import SlurmError, run
-from portal.slurm.model import SlurmUser
-from portal.slurm.parse import expand_hostlist, parse_assoc_users, parse_gpu_indices, parse_job_id
+from portal.slurm.parse import expand_hostlist, parse_gpu_indices, parse_job_id
 
 
 def test_parse_job_id():
@@ -107,36 +106,3 @@ def test_a_host_list_too_long_to_expand_is_refused_before_expanding():
     with pytest.raises(ValueError, match="more than 4096 hosts"):
         expand_hostlist("a[0-99999]b[0-99999]")
     assert len(expand_hostlist("n[1-4096]")) == 4096
-
-
-def assoc_mgr_users(*records):
-    """``scontrol show assoc_mgr users=NAME flags=users`` as Slurm 22.05 prints it."""
-    if not records:
-        return "Current Association Manager state\n\nNo users currently cached in Slurm.\n"
-    lines = [f"UserName={r} DefAccount=portal DefWckey=(null) AdminLevel={a}" for r, a in records]
-    return "Current Association Manager state\n\nUser Records\n\n" + "\n".join(lines) + "\n"
-
-
-@pytest.mark.parametrize(
-    "record, level, user",
-    [
-        ("portal(998)", "Operator", SlurmUser("portal", 998, "Operator")),
-        # slurmctld loaded the user before the Unix account existed: NO_VAL
-        ("portal(4294967294)", "Operator", SlurmUser("portal", None, "Operator")),
-        ("portal(0)", "Administrator", SlurmUser("portal", 0, "Administrator")),
-        ("portal(998)", "Not Set", SlurmUser("portal", 998, "Not Set")),
-        ("portal", "None", SlurmUser("portal", None, "None")),
-    ],
-)
-def test_a_user_as_slurmctld_holds_it(record, level, user):
-    assert parse_assoc_users(assoc_mgr_users((record, level))) == {"portal": user}
-
-
-def test_a_user_slurmctld_does_not_hold_is_not_listed():
-    assert parse_assoc_users(assoc_mgr_users()) == {}
-    assert parse_assoc_users("") == {}
-    # an association's line names its user too, and is not a user record
-    line = "ClusterName=portal Account=portal UserName=portal(998) Partition= Priority=0 ID=2"
-    assert parse_assoc_users("Association Records\n\n" + line) == {}
-    both = assoc_mgr_users(("alice(2001)", "None"), ("portal(998)", "Operator"))
-    assert sorted(parse_assoc_users(both)) == ["alice", "portal"]
