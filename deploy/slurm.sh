@@ -52,8 +52,10 @@
 # members as `getent group` lists them), root and the hub's account ([hub]
 # user, for its `sbatch --test-only`) an association with the account, and
 # removes those who left (once their jobs have ended); root also keeps its
-# association with the account root. The hub's account is made a Slurm
-# operator (AdminLevel=Operator), so that it can extend a session's time limit. Anyone else is refused:
+# association with the account root. The hub's account holds no Slurm admin
+# level (AdminLevel=None; an earlier version made it Operator, which could
+# change or cancel any job): it lengthens a session through the root helper
+# portal-extend (deploy/hub.sh), never by itself. Anyone else is refused:
 #     sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified
 # To start accounting over: stop, remove /var/lib/mysql, start.
 # shellcheck source=SCRIPTDIR/common.sh
@@ -125,7 +127,7 @@ slurmd_pid() { echo "$RUN_DIR/slurmd-$1.pid"; }
 slurmd_log() { echo "$LOG_DIR/slurmd-$1.log"; }
 
 # The hub's own account: its `sbatch --test-only` (the spawn page's expected
-# starts) needs an association too.
+# starts) needs an association too; it holds no admin level (hub_admin_level).
 HUB_USER=${PORTAL_HUB_USER:-}
 
 # ---------------------------------------------------------------- processes
@@ -806,7 +808,7 @@ sync_users() {
         sacctmgr -i add user "$(IFS=,; echo "${add[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null ||
             die "sacctmgr add user failed"
     fi
-    hub_operator
+    hub_admin_level
     [ ${#remove[@]} -gt 0 ] || return 0
     busy=" $(squeue -h -A "$ACCOUNT" -o %u 2>/dev/null | sort -u | tr '\n' ' ')"
     for name in "${remove[@]}"; do
@@ -823,24 +825,23 @@ sync_users() {
         log "error: sacctmgr remove user failed (a job started meanwhile?); the next sync tries again"
 }
 
-# hub_operator: the hub's account ([hub] user) is a Slurm operator
-# (AdminLevel=Operator), which `scontrol update JobId=J TimeLimit=...` needs
-# to lengthen a job: a user may only shorten their own, and the hub extends a
-# session as itself, with no sudo rule. Operator is the least level that
-# does it (it also lets the account hold or cancel other jobs; the hub
-# could already cancel its users' through the sudo rule). Set only when it
-# differs; an account already Administrator is left alone.
-hub_operator() {
+# hub_admin_level: the hub's account ([hub] user) holds no Slurm admin level
+# (AdminLevel=None). An Operator may update, hold or cancel any job of the
+# cluster and edit its accounting; the hub needs none of it: it lengthens a
+# session through the root helper portal-extend, which re-checks the job
+# (deploy/hub.sh), and cancels its users' jobs as them through sudo. An
+# earlier version made the account Operator: a start or a sync-users sets it
+# back to None, only when it differs. The account keeps its association
+# (its `sbatch --test-only`).
+hub_admin_level() {
     [ -n "$HUB_USER" ] || return 0
     local level
     level=$(sacctmgr_list user "$HUB_USER" format=adminlevel) ||
         die "slurmdbd does not answer (sacctmgr list user)"
-    case "$level" in
-        Operator | Administrator) return 0 ;;
-    esac
-    log "$HUB_USER (the hub's account): Slurm AdminLevel Operator (was ${level:-none}), to extend sessions"
-    sacctmgr -i modify user "$HUB_USER" set adminlevel=Operator >/dev/null ||
-        die "sacctmgr modify user $HUB_USER set adminlevel=Operator failed"
+    if [ -z "$level" ] || [ "$level" = None ]; then return 0; fi   # "": no such user yet
+    log "$HUB_USER (the hub's account): Slurm AdminLevel None (was $level): it extends sessions through the root helper portal-extend"
+    sacctmgr -i modify user "$HUB_USER" set adminlevel=None >/dev/null ||
+        die "sacctmgr modify user $HUB_USER set adminlevel=None failed"
 }
 
 # hub_uid: slurmctld knows the hub's account by its uid. One it heard of
