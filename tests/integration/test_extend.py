@@ -2,19 +2,29 @@
 Slurm: the admin service's API (``POST /services/portal/api/sessions/NAME/extend``)
 for the owner, an admin and a script's token; refused past the profile's
 max_hours, for other users, for what is no whole number and where no session
-runs, each changing nothing; audited; and the session card's form on the hub."""
+runs, each changing nothing; audited; and the session card's form on the hub.
 
+The hub's account holds no Slurm admin level: it lengthens a job only
+through the root helper portal-extend behind its one sudoers rule, which
+re-checks the job; by itself it can change or cancel no one else's job."""
+
+import os
 import pwd
 import re
+import stat
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-from portal import settings
-from portal.extend import ExtensionCheck
-from portal.slurm import commands
+from portal import extendhelper, settings
+from tests.support import REPO
 from tests.support.hubclient import SERVICE
-from tests.support.jobs import scontrol_job, user_jobs
-from tests.support.testhub import deploy
+from tests.support.jobs import scontrol_job, squeue, user_jobs
+from tests.support.testhub import JOB_NAME, deploy
+
+HUB_USER = settings.load()["hub"]["user"]
+HELPER = extendhelper.INSTALLED_AT
 
 
 def job_of(user):
@@ -25,6 +35,21 @@ def job_of(user):
 
 def time_limit(job_id):
     return scontrol_job(job_id)["TimeLimit"]
+
+
+def as_user(name, *argv):
+    """``argv`` run as ``name`` (``sudo -u NAME``), with nothing of root's
+    environment: (exit status, stdout, stderr)."""
+    run = subprocess.run(
+        ["sudo", "-u", name, "--", *argv],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    return run.returncode, run.stdout, run.stderr
+
+
+def helper(name, *args):
+    """The root helper, asked by ``name`` through sudo: (status, stdout, stderr)."""
+    return as_user(name, "sudo", "-n", HELPER, *[str(a) for a in args])
 
 
 def test_the_owner_extends_within_the_profile_others_change_nothing(session, portal):
@@ -99,10 +124,11 @@ def test_the_owner_extends_within_the_profile_others_change_nothing(session, por
     assert row and "carol" in row.group(0) and "05:00:00 → 06:00:00" in row.group(0), page
 
 
-def test_slurms_own_caps_hold_though_the_hub_is_an_operator(restore_profiles, session, portal):
-    """Slurm does not hold an operator's scontrol update to the QOS's MaxWall
-    (1 day here): a profile that allows 48 h still gets no more than it.
-    (restore_profiles first: it removes the profile after the session ends.)"""
+def test_slurms_own_caps_hold_whatever_the_profile(restore_profiles, session, portal):
+    """Slurm does not hold root's scontrol update (the helper's) to the
+    QOS's MaxWall (1 day here): a profile that allows 48 h still gets no
+    more than it, from the hub and from the helper alike. (restore_profiles
+    first: it removes the profile after the session ends.)"""
     r = portal("carol").send(
         "POST",
         "api/profiles",
@@ -115,6 +141,13 @@ def test_slurms_own_caps_hold_though_the_hub_is_an_operator(restore_profiles, se
     r = alice.send("POST", "api/sessions/alice/extend", json={"hours": 2})
     assert r.status_code == 400, r.text
     assert r.json()["error"] == "25 h in all is more than Slurm's QOS portal allows (24 h)"
+    assert time_limit(job_id) == "23:00:00"
+    # the hub's account asking the helper itself, with the profile's 48 h
+    assert helper(HUB_USER, job_id, 25 * 60, 48 * 60) == (
+        1,
+        "",
+        "portal-extend: 1-01:00:00 is more than QOS portal allows (1-00:00:00)\n",
+    )
     assert time_limit(job_id) == "23:00:00"
     r = alice.send("POST", "api/sessions/alice/extend", json={"hours": 1})
     assert r.status_code == 200 and time_limit(job_id) == "1-00:00:00", r.text
@@ -193,31 +226,154 @@ def test_the_session_card_extends_from_the_home_page(session, login):
     assert time_limit(job_id) == "03:00:00"
 
 
-def test_the_hubs_account_is_a_slurm_operator_and_sync_users_keeps_it(cluster):
-    hub_user = settings.load()["hub"]["user"]
+def test_the_hubs_account_holds_no_slurm_admin_level_and_a_sync_takes_one_back(cluster):
+    """An earlier version made the hub's account a Slurm Operator (any job's
+    update, hold or cancel): sync-users (as every start) sets it back to
+    None, once, and slurmctld holds the account with its uid at that level."""
 
     def level():
         return subprocess.run(
-            ["sacctmgr", "-n", "-P", "list", "user", hub_user, "format=adminlevel"],
+            ["sacctmgr", "-n", "-P", "list", "user", HUB_USER, "format=adminlevel"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
 
+    subprocess.run(
+        ["sacctmgr", "-i", "modify", "user", HUB_USER, "set", "adminlevel=Operator"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    assert level() == "Operator"
     r = deploy("slurm.sh", "sync-users", check=False)
     assert r.returncode == 0, r.stderr
-    assert level() == "Operator"
+    assert f"{HUB_USER} (the hub's account): Slurm AdminLevel None (was Operator)" in r.stderr
+    assert level() == "None"
     r = deploy("slurm.sh", "sync-users", check=False)  # set only when it differs
     assert r.returncode == 0 and "AdminLevel" not in r.stderr, r.stderr
-    assert level() == "Operator"
+    assert level() == "None"
+    # slurmctld's own record (what it authorizes by): the real uid, no level
+    uid = pwd.getpwnam(HUB_USER).pw_uid
+    deadline = time.monotonic() + 20
+    while True:
+        record = subprocess.run(
+            ["scontrol", "show", "assoc_mgr", f"users={HUB_USER}", "flags=users"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        if f"UserName={HUB_USER}({uid}) " in record and re.search(r"AdminLevel=None\b", record):
+            break
+        assert time.monotonic() < deadline, record
+        time.sleep(0.5)
+    # and the hub's association with the account portal, for its sbatch --test-only
+    assoc = subprocess.run(
+        ["sacctmgr", "-n", "-P", "list", "assoc", f"user={HUB_USER}", "format=account"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "portal" in assoc, assoc
 
 
-async def test_slurm_knows_the_hubs_account_by_its_uid_as_an_operator(cluster):
-    """The check the hub and the admin service make at their start, against the
-    real slurmctld: it holds the hub's account with its real uid (a user
-    synced before the Unix account existed has none, and every extension is
-    refused as "Invalid user id"), at an AdminLevel that may extend jobs."""
-    hub_user = settings.load()["hub"]["user"]
-    user = await commands.slurm_user(hub_user, timeout=20)
-    assert user is not None, f"slurmctld holds no user {hub_user}"
-    assert user.uid == pwd.getpwnam(hub_user).pw_uid, user
-    assert user.admin_level in ("Operator", "Administrator"), user
-    assert await ExtensionCheck(hub_user, timeout=20).verdict() is None
+def test_the_helper_is_root_s_the_hub_registered_and_its_account_may_run_it(hub):
+    """What deploy/hub.sh start installs, and the check the hub and the
+    admin service make at their start, run as the hub's account."""
+    st = os.stat(HELPER)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+    assert Path(HELPER).read_bytes() == (REPO / "portal" / "extendhelper.py").read_bytes()
+    for folder in (Path(HELPER).parent, Path(extendhelper.REGISTRY)):
+        st = os.stat(folder)
+        assert st.st_uid == 0 and not st.st_mode & 0o022, folder
+    registration = Path(extendhelper.REGISTRY) / f"{JOB_NAME}.json"
+    st = os.stat(registration)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o644)
+    hub = extendhelper.read_registration(registration.read_text(), JOB_NAME)
+    assert "portal-users" in hub.groups and (hub.uid_min, hub.uid_max) == (10000, 60000)
+    check = (
+        "import asyncio, sys; from portal.extend import ExtensionCheck; "
+        "print(asyncio.run(ExtensionCheck.shared(20, sys.argv[1]).verdict()))"
+    )
+    status, out, err = as_user(HUB_USER, sys.executable, "-c", check, JOB_NAME)
+    assert (status, out.strip()) == (0, "None"), err
+    # as a user, the same check says what is missing: sudo lets her no such thing
+    status, out, err = as_user("alice", sys.executable, "-c", check, JOB_NAME)
+    assert status == 0 and out.startswith("sudo does not let the hub's account alice run"), err
+
+
+def test_the_helper_refuses_in_one_line_and_sudo_lets_only_the_hub_run_it(session):
+    session("alice", profile="pytorch", gpus=1, hours=2)
+    job_id = job_of("alice")
+    assert time_limit(job_id) == "02:00:00"
+
+    # no such job: the helper's one line, exit 1
+    assert helper(HUB_USER, 999999, 60, 60) == (
+        1,
+        "",
+        "portal-extend: job 999999 is not in Slurm's queue\n",
+    )
+    # what sudo's rule does not take never reaches the helper
+    for args in ((999999, 60), ("1;id", 60, 60), (job_id, "5h", 1440), (job_id, 300, 1440, 1)):
+        status, out, err = helper(HUB_USER, *args)
+        assert (status, out) == (1, "") and "a password is required" in err, (args, err)
+    # sudo's regular expression sees "1 2 3" in two arguments: the helper does not
+    assert helper(HUB_USER, f"{job_id} 300", 1440) == (
+        2,
+        "",
+        "portal-extend: usage: portal-extend JOB MINUTES PROFILE_MAX\n",
+    )
+    # shorter, or past the profile the hub names: refused, nothing changed
+    status, out, err = helper(HUB_USER, job_id, 60, 1440)
+    assert (status, out) == (1, "") and err == (
+        f"portal-extend: 01:00:00 is not longer than job {job_id}'s limit 02:00:00: "
+        "this helper only lengthens\n"
+    )
+    assert helper(HUB_USER, job_id, 300, 240) == (
+        1,
+        "",
+        "portal-extend: 05:00:00 is more than the session's profile allows (04:00:00)\n",
+    )
+    assert time_limit(job_id) == "02:00:00"
+    # alice herself has no rule for it: sudo refuses her, whatever she asks
+    status, out, err = helper("alice", job_id, 300, 1440)
+    assert (status, out) == (1, "") and "a password is required" in err, err
+    assert time_limit(job_id) == "02:00:00"
+    # the hub's account, within everything: the new limit, as Slurm has it
+    assert helper(HUB_USER, job_id, 180, 1440) == (0, "03:00:00\n", "")
+    assert time_limit(job_id) == "03:00:00"
+
+
+def test_the_hubs_account_can_change_no_other_users_job_by_itself(session):
+    """Without an admin level, Slurm refuses the hub's account what it asks
+    of another user's job directly: a longer limit, a cancel."""
+    session("alice", profile="pytorch", gpus=1, hours=2)
+    job_id = job_of("alice")
+    for argv in (
+        ["scontrol", "update", f"JobId={job_id}", "TimeLimit=05:00:00"],
+        ["scancel", job_id],
+    ):
+        status, _, err = as_user(HUB_USER, *argv)
+        assert status != 0 and "Access/permission denied" in err, (argv, err)
+    assert time_limit(job_id) == "02:00:00"
+    assert squeue("-j", job_id, "-o", "%T") == [["RUNNING"]]
+
+
+def test_a_job_outside_the_portal_is_left_alone_even_under_a_session_s_name(hub):
+    """root's job, named like the test hub's sessions (a registered name):
+    the helper refuses it, and the hub's account can cancel it neither by
+    itself nor through sudo."""
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "-J", JOB_NAME, "-p", settings.load()["slurm"]["partition"],
+         "--gres=gpu:1", "-t", "60", "-o", "/dev/null", "--wrap", "sleep 600"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while squeue("-j", job_id, "-o", "%T") != [["RUNNING"]]:
+            assert time.monotonic() < deadline, squeue("-j", job_id, "-o", "%T %r")
+            time.sleep(0.5)
+        status, out, err = helper(HUB_USER, job_id, 120, 1440)
+        assert (status, out) == (1, "") and err == (
+            f"portal-extend: job {job_id} is root's: only a portal user's session is extended\n"
+        )
+        status, _, err = as_user(HUB_USER, "scancel", job_id)
+        assert status != 0 and "Access/permission denied" in err, err
+        status, _, err = as_user(HUB_USER, "sudo", "-n", "-u", "root", "/usr/bin/scancel", job_id)
+        assert status == 1 and "a password is required" in err, err
+        assert time_limit(job_id) == "01:00:00"
+        assert squeue("-j", job_id, "-o", "%T") == [["RUNNING"]]
+    finally:
+        subprocess.run(["scancel", job_id], check=False)

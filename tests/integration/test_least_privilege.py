@@ -16,6 +16,7 @@ import certifi
 import pytest
 import requests
 
+from portal import extendhelper
 from portal import settings as site_settings
 from tests.support.hubsettings import CA_CERT
 from tests.support.jobs import squeue, wait_no_jobs
@@ -196,27 +197,47 @@ def as_portal(*argv):
     )
 
 
-def test_the_hubs_account_may_run_only_slurm_commands_as_portal_users(hub):
+def sudo_rules(user):
+    """The rules ``sudo -l -U USER`` lists, each on one line (sudo wraps a
+    long one onto indented lines of its own)."""
     listing = subprocess.run(
-        ["sudo", "-l", "-U", HUB_USER], capture_output=True, text=True, check=True
+        ["sudo", "-l", "-U", user], capture_output=True, text=True, check=True
     ).stdout
-    rules = listing.split("may run the following commands", 1)[1].strip().splitlines()[1:]
-    assert len(rules) == 1, listing
-    runas, commands = re.match(r"\s*\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
+    rules = []
+    for line in listing.split("may run the following commands", 1)[1].splitlines()[1:]:
+        if line.startswith("    ("):
+            rules.append(line.strip())
+        elif line.startswith("        ") and rules:
+            rules[-1] += " " + line.strip()
+    return rules
+
+
+def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(hub):
+    rules = sudo_rules(HUB_USER)
+    assert len(rules) == 2, rules
+    runas, commands = re.match(r"\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
     assert sorted(c.strip() for c in commands.split(",")) == ["/usr/bin/sbatch", "/usr/bin/scancel"]
     assert "ALL" not in runas and {r.strip() for r in runas.split(",")} >= {
         "%portal-users",
         "!root",
     }
+    # the one rule as root: the extension helper, three whole numbers
+    assert rules[1] == (f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}")
     assert (
         as_portal("sudo", "-n", "-u", "alice", "--", "/usr/bin/sbatch", "--version").returncode == 0
     )
+    helper = extendhelper.INSTALLED_AT
     refused = {
         "root": ["-u", "root", "--", "/usr/bin/sbatch", "--version"],
         "openldap": ["-u", "openldap", "--", "/usr/bin/sbatch", "--version"],
         "eve": ["-u", "eve", "--", "/usr/bin/sbatch", "--version"],
         "a shell": ["-u", "alice", "--", "/bin/sh", "-c", "id"],
         "squeue": ["-u", "alice", "--", "/usr/bin/scontrol", "--version"],
+        "scontrol as root": ["--", "/usr/bin/scontrol", "--version"],
+        "the helper as alice": ["-u", "alice", "--", helper, "1", "60", "60"],
+        "the helper, other words": ["--", helper, "1", "60", "60;id"],
+        "the helper, no words": ["--", helper],
+        "the helper's environment": ["PYTHONPATH=/tmp", "--", helper, "1", "60", "60"],
     }
     let_through = [
         what for what, argv in refused.items() if as_portal("sudo", "-n", *argv).returncode == 0
