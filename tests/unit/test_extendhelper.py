@@ -333,17 +333,17 @@ def test_the_sudoers_rule_lets_through_what_the_helper_takes_and_no_shell_word()
 
 
 def test_the_installed_copy_needs_nothing_but_the_standard_library(tmp_path):
-    """Copied away from the repository and run as sudo runs it (its own
-    ``#!/usr/bin/python3 -I``), it starts, and refuses a request it cannot
-    take; it imports nothing of the portal."""
+    """Copied away from the repository and run as the kernel runs it for
+    sudo (its own ``#!/usr/bin/python3 -I``), it starts, and refuses a
+    request it cannot take; it imports nothing of the portal."""
     copy = tmp_path / "portal-extend"
     shutil.copy(portal.extendhelper.__file__, copy)
-    copy.chmod(0o755)
     first = copy.read_text().splitlines()[0]
     assert first == "#!/usr/bin/python3 -I"
     run = subprocess.run(
-        [str(copy), "353", "x", "60"], capture_output=True, text=True, env={}, cwd=tmp_path
-    )
+        [*first[2:].split(), str(copy), "353", "x", "60"],
+        capture_output=True, text=True, env={}, cwd=tmp_path,
+    )  # fmt: skip
     expected = 2 if os.geteuid() == 0 else 1  # not root: refused before anything else
     assert run.returncode == expected, run.stderr
     assert run.stdout == "" and run.stderr.count("\n") == 1
