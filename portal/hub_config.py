@@ -145,8 +145,8 @@ class StoreProfiles:
 
 
 def configure_service(c, settings):
-    """The admin service (portal.service) at /services/portal/, and who may edit."""
-    from portal.auth import group_name
+    """The admin service (portal.service) at /services/portal/, its scope
+    ADMIN_SCOPE and its own role; who holds the scope is ``configure_admins``'."""
     from portal.service import ADMIN_SCOPE
 
     portal = settings["portal"]
@@ -167,18 +167,14 @@ def configure_service(c, settings):
         }
     ]
     c.JupyterHub.custom_scopes = {
-        ADMIN_SCOPE: {"description": "Create, edit and delete the portal's spawner profiles."}
+        ADMIN_SCOPE: {
+            "description": "Create, edit and delete the portal's spawner profiles; "
+            "extend anyone's session."
+        }
     }
     # everyone logged in may open the service (profiles offered to them, the cluster)
     c.JupyterHub.extra_user_scopes = {"access:services!service=portal"}
-    admin_groups = [group_name(dn) for dn in settings["ldap"]["admin_groups"]]
     c.JupyterHub.load_roles = [
-        {
-            "name": "portal-admin",
-            "description": "Edits the portal's spawner profiles",
-            "scopes": [ADMIN_SCOPE],
-            "groups": admin_groups,
-        },
         {
             "name": "portal-service",
             "description": "The admin service: lists sessions for the cluster page, "
@@ -187,6 +183,57 @@ def configure_service(c, settings):
             "services": ["portal"],
         },
     ]
+
+
+PORTAL_ADMIN_SCOPES = [
+    # the hub's admin page, and what it lists: users with their groups, last
+    # activity and servers; the groups (read only: they come from LDAP)
+    "admin-ui",
+    "list:users",
+    "read:users",
+    "list:groups",
+    "read:groups",
+    # start and stop anyone's session, from the admin page or the spawn page
+    # /hub/spawn/NAME (read:servers, start:servers, delete:servers)
+    "servers",
+]
+"""JupyterHub's scopes of the portal-admin role (besides the service's
+ADMIN_SCOPE). Never ``proxy`` (the proxy's address and token),
+``admin:users`` (make admins), ``groups`` (join the admin group),
+``tokens``, ``admin:services``, ``shutdown``, nor ``access:servers``: a
+portal admin stops, starts and extends a user's session, but does not open
+it (their JupyterLab would run on the hub's origin).
+``tests/unit/test_roles.py`` checks them against each endpoint."""
+
+
+def configure_admins(c, settings):
+    """Who administers the portal, and who the hub. Members of the [ldap]
+    admin_groups (JupyterHub groups, synchronised from LDAP at login) get the
+    portal-admin role: PORTAL_ADMIN_SCOPES and the service's ADMIN_SCOPE
+    (profiles, extending anyone's session, every session on the cluster
+    page). No one gets JupyterHub's admin role, which can do anything
+    (re-point the proxy and receive its token, make admins), except the
+    break-glass accounts a site names in ``c.Authenticator.admin_users``
+    (``jupyterhub_config.d/``): JupyterHub adds those to the role below, and
+    logs that it merges them. The role's members are exactly those: an
+    account made admin before (portal admins were) is not one after the next
+    start. Call after ``configure_service``."""
+    from portal.auth import group_name
+    from portal.service import ADMIN_SCOPE
+
+    c.JupyterHub.load_roles.extend(
+        [
+            # JupyterHub refuses other scopes or description for its admin role
+            {"name": "admin", "users": []},
+            {
+                "name": "portal-admin",
+                "description": "Administers the portal: the admin page, starts and stops "
+                "sessions, extends them, edits profiles",
+                "scopes": [*PORTAL_ADMIN_SCOPES, ADMIN_SCOPE],
+                "groups": [group_name(dn) for dn in settings["ldap"]["admin_groups"]],
+            },
+        ]
+    )
 
 
 def configure_culling(c, settings):
