@@ -1,12 +1,16 @@
-"""LDAP login: jupyterhub-ldapauthenticator, plus admin rights from LDAP groups.
+"""LDAP login: jupyterhub-ldapauthenticator, plus the user's groups from LDAP.
 
 The bind, the username checks and the escaping are ldapauthenticator's. This
-subclass adds only what it lacks: hub admin rights follow membership of the
-``admin_groups`` (granted and revoked at each login), the user's portal
-groups are synchronised into the hub's groups (``manage_groups``) so that the
-spawner and the admin service can read them, and both are read again from
-LDAP after ``auth_refresh_age`` and before each spawn (``refresh_user``), so
-a user removed from the ``allowed_groups`` must log in again, and is refused.
+subclass adds only what it lacks: the user's portal groups are synchronised
+into the hub's groups (``manage_groups``) so that the spawner, the admin
+service and the roles can read them, and they are read again from LDAP after
+``auth_refresh_age`` and before each spawn (``refresh_user``), so a user
+removed from the ``allowed_groups`` must log in again, and is refused.
+
+It never makes anyone a JupyterHub admin: members of the ``admin_groups``
+are portal admins through the hub group of that name, which holds the
+``portal-admin`` role (``portal.hub_config.configure_admins``); JupyterHub's
+admin role is for the accounts a site names in ``Authenticator.admin_users``.
 """
 
 import asyncio
@@ -45,11 +49,15 @@ def login_required(handler):
 
 class PortalLDAPAuthenticator(LDAPAuthenticator):
     admin_groups = List(
-        help="""LDAP group DNs whose members are hub admins (and may edit spawner profiles).
+        help="""LDAP group DNs whose members are portal admins.
 
-        Each DN must also be listed in ``allowed_groups``: membership is
-        looked up among those. Checked at every login, so removing a user
-        from the group in LDAP removes their admin rights at their next login.
+        Their hub groups (of the same common name) get the ``portal-admin``
+        role: the hub's admin page, starting, stopping and extending anyone's
+        session, editing spawner profiles; not JupyterHub's admin role. Each
+        DN must also be listed in ``allowed_groups``: membership is looked up
+        among those. Read at every login and group refresh, so removing a
+        user from the group in LDAP removes their admin rights within
+        ``auth_refresh_age``.
 
         Example: ``["cn=portal-admins,ou=groups,dc=example,dc=org"]``. Default: none.
         """,
@@ -78,17 +86,17 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             return None
         self.apply_groups(model)
         self.log.info(
-            "LDAP login of %s: groups %s, admin %s",
-            model["name"],
-            ", ".join(model["groups"]) or "none",
-            model["admin"],
+            "LDAP login of %s: groups %s", model["name"], ", ".join(model["groups"]) or "none"
         )
         return model
 
     def apply_groups(self, model):
-        """Set the model's hub ``admin`` and ``groups`` from its ``auth_state``'s LDAP groups."""
+        """Set the model's hub ``groups`` from its ``auth_state``'s LDAP groups.
+
+        Its ``admin`` is left unset, so a login or refresh never changes the
+        user's JupyterHub admin flag (JupyterHub sets it for
+        ``admin_users`` only)."""
         ldap_groups = model["auth_state"].get("ldap_groups", [])
-        model["admin"] = any(dn in ldap_groups for dn in self.admin_groups)
         model["groups"] = sorted(group_name(dn) for dn in ldap_groups)
         return model
 
@@ -98,8 +106,8 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         Called by the hub when the login is older than ``auth_refresh_age``
         and before each spawn (``refresh_pre_spawn``). Returns False when the
         account is gone or in none of the ``allowed_groups`` (the hub then asks
-        for a new login, which refuses them), else the model with ``admin``
-        and ``groups`` as LDAP has them now. When the directory does not
+        for a new login, which refuses them), else the model with the
+        ``groups`` LDAP has now. When the directory does not
         answer, the user is kept as they are (True) and it is logged.
         """
         try:
@@ -128,10 +136,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             return login_required(handler)
         self.apply_groups(model)
         self.log.info(
-            "LDAP groups of %s refreshed: %s, admin %s",
-            user.name,
-            ", ".join(model["groups"]) or "none",
-            model["admin"],
+            "LDAP groups of %s refreshed: %s", user.name, ", ".join(model["groups"]) or "none"
         )
         return model
 

@@ -15,6 +15,7 @@ from traitlets.config import Config
 from portal import settings
 from portal.auth import PortalLDAPAuthenticator
 from portal.hub_config import configure_auth
+from portal.service import ADMIN_SCOPE
 from tests.support.hubclient import HubClient
 from tests.support.jobs import squeue
 from tests.support.loadusers import admin_connection, ensure_users, remove_users
@@ -83,10 +84,11 @@ def test_removed_member_is_refused_at_the_next_spawn_and_login(hub, member):
 def test_refresh_follows_the_groups_in_ldap(hub_settings, member):
     name, _ = member
     model = refresh(hub_settings, name)
-    assert (model["groups"], model["admin"]) == (["portal-users"], False)
+    assert model["groups"] == ["portal-users"]
     change_membership(name, "portal-admins", ldap3.MODIFY_ADD)
     model = refresh(hub_settings, name)
-    assert (model["groups"], model["admin"]) == (["portal-admins", "portal-users"], True)
+    # a portal admin through the hub group (its portal-admin role), no hub admin
+    assert model["groups"] == ["portal-admins", "portal-users"] and "admin" not in model
     change_membership(name, "portal-admins", ldap3.MODIFY_DELETE)
     change_membership(name, "portal-users", ldap3.MODIFY_DELETE)
     assert refresh(hub_settings, name) is False
@@ -96,3 +98,27 @@ def test_refresh_keeps_the_user_while_ldap_is_unreachable(hub_settings, member):
     name, _ = member
     hub_settings["ldap"]["server_port"] = 1  # nothing listens
     assert refresh(hub_settings, name) is True
+
+
+def test_joining_the_admin_group_makes_a_portal_admin_not_a_hub_admin(hub, member):
+    """The portal-admin role follows the hub group that LDAP's admin group
+    fills: granted at the next login, gone at the login after leaving it."""
+    name, password = member
+
+    def who():
+        client = HubClient(hub)
+        assert client.login(name, password).status_code == 302
+        return client.api("GET", "/user").json()
+
+    model = who()
+    assert "admin-ui" not in model["scopes"] and ADMIN_SCOPE not in model["scopes"]
+    change_membership(name, "portal-admins", ldap3.MODIFY_ADD)
+    try:
+        model = who()
+        assert model["admin"] is False and "portal-admins" in model["groups"]
+        assert {"admin-ui", "list:users", ADMIN_SCOPE} <= set(model["scopes"])
+        assert "proxy" not in model["scopes"]
+    finally:
+        change_membership(name, "portal-admins", ldap3.MODIFY_DELETE)
+    model = who()
+    assert "portal-admins" not in model["groups"] and ADMIN_SCOPE not in model["scopes"]

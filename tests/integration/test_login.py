@@ -1,4 +1,4 @@
-"""LDAP login through the real slapd, and admin rights from portal-admins."""
+"""LDAP login through the real slapd, and portal admin rights from portal-admins."""
 
 import pytest
 import requests
@@ -53,9 +53,11 @@ def test_non_admin_gets_403_on_admin_api(login):
     assert alice.api("GET", "/users/bob").status_code == 404  # not visible to alice
 
 
-def test_portal_admin_is_hub_admin(login):
+def test_a_portal_admin_lists_users_but_is_no_hub_admin(login):
+    """carol (portal-admins) holds the portal-admin role through her hub
+    group, not JupyterHub's admin role (tests/unit/test_roles.py)."""
     carol = login("carol")
     r = carol.api("GET", "/users")
     assert r.status_code == 200
-    assert carol.user_model("carol")["admin"] is True
+    assert carol.user_model("carol")["admin"] is False
     assert "portal-admins" in carol.user_model("carol")["groups"]

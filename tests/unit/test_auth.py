@@ -3,6 +3,7 @@ import ssl
 import pytest
 from ldap3 import Tls
 from ldap3.core.exceptions import LDAPSocketOpenError
+from ldapauthenticator import LDAPAuthenticator
 from traitlets.config import Config
 
 from portal import settings
@@ -96,13 +97,32 @@ async def refreshed(ldap_groups):
     return await auth.refresh_user(StubUser())
 
 
-async def test_refresh_updates_groups_and_admin():
+async def test_refresh_updates_the_groups_and_leaves_admin_alone():
+    """The admin group's members are portal admins through their hub group
+    (the portal-admin role), never JupyterHub admins: a refresh leaves the
+    hub's admin flag as it is."""
     model = await refreshed([USERS, ADMINS])
-    assert model["admin"] is True
     assert model["groups"] == ["portal-admins", "portal-users"]
+    assert "admin" not in model
     model = await refreshed([USERS])
-    assert model["admin"] is False
     assert model["groups"] == ["portal-users"]
+    assert "admin" not in model
+
+
+@pytest.mark.parametrize("admin_users, admin", [(set(), None), ({"carol"}, True)])
+async def test_a_login_makes_no_jupyterhub_admin_unless_named(monkeypatch, admin_users, admin):
+    """What the hub stores of carol's login (a member of the admin group):
+    admin None (unchanged) unless the site names her in admin_users."""
+
+    async def bound(self, handler, data):
+        return {"name": data["username"], "auth_state": {"ldap_groups": [USERS, ADMINS]}}
+
+    monkeypatch.setattr(LDAPAuthenticator, "authenticate", bound)
+    auth, _ = hub_authenticator()
+    auth.admin_users = admin_users
+    model = await auth.get_authenticated_user(None, {"username": "carol", "password": "x"})
+    assert model["groups"] == ["portal-admins", "portal-users"]
+    assert model["admin"] is admin
 
 
 async def test_refresh_forces_a_new_login_outside_the_allowed_groups():
