@@ -192,7 +192,8 @@ class ExtensionCheck:
 
 
 def may_extend(actor, user, is_admin):
-    """Whether ``actor`` may extend ``user``'s session: its owner, or an admin."""
+    """Whether ``actor`` may extend ``user``'s session: its owner, or a portal
+    admin (``is_admin``: ``portal.service.is_portal_admin`` of their scopes)."""
     return actor == user or bool(is_admin)
 
 

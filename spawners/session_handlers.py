@@ -26,7 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import SessionExtender, may_extend, no_session
-from portal.service import ADMIN_SCOPE
+from portal.service import is_portal_admin
 
 ROUTE = r"/portal/sessions/([^/]+)/extend"
 GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
@@ -57,9 +57,17 @@ class PortalHomeHandler(HomeHandler):
             return None
 
 
+def may_act_on(handler, user_name):
+    """Whether the request's user may extend ``user_name``'s session or see
+    its GPUs: its owner, or a portal admin (the scope of the ``portal-admin``
+    role; a JupyterHub admin does not hold it)."""
+    actor = handler.current_user
+    return may_extend(actor.name, user_name, is_portal_admin(handler.expanded_scopes))
+
+
 class SessionExtendHandler(BaseHandler):
     """``POST /hub/portal/sessions/NAME/extend`` (form field ``hours``): the
-    session's owner, or an admin, adds hours within the profile's limit."""
+    session's owner, or a portal admin, adds hours within the profile's limit."""
 
     def initialize(self, store):
         self.store = store
@@ -67,9 +75,8 @@ class SessionExtendHandler(BaseHandler):
     @web.authenticated
     async def post(self, user_name):
         actor = self.current_user
-        is_admin = actor.admin or ADMIN_SCOPE in self.expanded_scopes
-        if not may_extend(actor.name, user_name, is_admin):
-            raise web.HTTPError(403, "Only the session's owner or an admin may extend it")
+        if not may_act_on(self, user_name):
+            raise web.HTTPError(403, "Only the session's owner or a portal admin may extend it")
         user = self.find_user(user_name)
         spawner = user.spawner if user else None
         try:
@@ -126,11 +133,8 @@ class SessionGPUsHandler(BaseHandler):
 
     @web.authenticated
     async def get(self, user_name):
-        actor = self.current_user
-        if not may_extend(
-            actor.name, user_name, actor.admin or ADMIN_SCOPE in self.expanded_scopes
-        ):
-            raise web.HTTPError(403, "Only the session's owner or an admin may see its GPUs")
+        if not may_act_on(self, user_name):
+            raise web.HTTPError(403, "Only the session's owner or a portal admin may see its GPUs")
         user = self.find_user(user_name)
         spawner = user.spawner if user else None
         self.set_header("Content-Type", "application/json")

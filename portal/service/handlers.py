@@ -10,7 +10,7 @@ from portal.core.profiles import unix_groups
 from portal.hub_config import HSTS
 from portal.store import NotFound
 
-from . import ADMIN_SCOPE
+from . import is_portal_admin
 
 
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
@@ -30,8 +30,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def is_admin(self):
-        user = self.current_user or {}
-        return bool(user.get("admin")) or ADMIN_SCOPE in user.get("scopes", ())
+        """A portal admin: the user's OAuth token holds ADMIN_SCOPE (being a
+        JupyterHub admin is not enough)."""
+        return is_portal_admin((self.current_user or {}).get("scopes", ()))
 
     @property
     def author(self):

@@ -9,6 +9,8 @@ What each endpoint requires is asked of JupyterHub itself (its
 fails here rather than in production."""
 
 import inspect
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from jupyterhub import orm, roles, scopes
@@ -30,11 +32,15 @@ from jupyterhub.apihandlers.users import (
 )
 from jupyterhub.app import JupyterHub
 from jupyterhub.handlers.pages import AdminHandler, SpawnHandler, SpawnPendingHandler
+from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
+from tornado.web import Application
 from traitlets.config import Config
 
 from portal import settings
 from portal.hub_config import configure_admins, configure_auth, configure_service
 from portal.service import ADMIN_SCOPE, is_portal_admin
+from portal.service.handlers import BaseHandler
+from spawners.session_handlers import may_act_on
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +240,38 @@ async def test_a_break_glass_admin_is_named_in_admin_users(tmp_path):
     assert users["breakglass"] == (True, ["admin", "user"])
     # removed from the setting, it is no admin after the next start
     assert (await hub_start(tmp_path))["breakglass"] == (False, ["user"])
+
+
+def service_handler(user):
+    """A handler of the admin service whose OAuth user model is ``user``."""
+    start = RequestStartLine("GET", "/services/portal/profiles", "HTTP/1.1")
+    headers = HTTPHeaders({"Host": "127.0.0.1"})
+    request = HTTPServerRequest(start_line=start, headers=headers, connection=mock.Mock())
+    handler = BaseHandler(Application(), request)
+    handler._current_user = user
+    return handler
+
+
+def test_the_service_knows_a_portal_admin_by_the_scope_alone():
+    carol = {"name": "carol", "admin": False, "scopes": [ADMIN_SCOPE, "access:services"]}
+    assert service_handler(carol).is_admin
+    # a JupyterHub admin (break-glass) is not a portal admin by that alone
+    root = {"name": "root", "admin": True, "scopes": ["access:services"]}
+    assert not service_handler(root).is_admin
+
+
+def hub_request(name, *scope_names, admin=False):
+    """What ``may_act_on`` reads of a hub handler's request."""
+    return SimpleNamespace(
+        current_user=SimpleNamespace(name=name, admin=admin),
+        expanded_scopes=scopes.expand_scopes(scope_names),
+    )
+
+
+def test_the_hub_lets_the_owner_and_portal_admins_extend_a_session(config):
+    assert may_act_on(hub_request("alice"), "alice")
+    carol = hub_request("carol", *role(config, "portal-admin")["scopes"])
+    assert may_act_on(carol, "alice")
+    assert not may_act_on(hub_request("bob"), "alice")
+    root = hub_request("root", "admin:users", "admin:servers", admin=True)
+    assert not may_act_on(root, "alice")
