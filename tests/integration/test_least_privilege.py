@@ -138,26 +138,28 @@ def listening_sockets(uid):
 
 
 @pytest.mark.parametrize("name", ["openldap", "munge", "eve"])
-def test_a_hub_admin_cannot_start_a_session_for_an_account_outside_the_portal(login, name):
+def test_a_portal_admin_cannot_add_an_account_outside_the_portal(login, name):
     """openldap and munge are system accounts; eve is an LDAP user in no
-    portal group. The hub admin's request is refused and nothing is submitted."""
-    carol = login("carol")  # a hub admin
+    portal group. carol, a portal admin, starts users' sessions but cannot
+    add hub users (admin:users is a JupyterHub admin's), so she cannot start
+    a session for one either; nothing is submitted. (A break-glass admin's
+    request is refused by the spawner: tests/unit/test_spawner_options.py.)"""
+    carol = login("carol")
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     r = carol.api("POST", f"/users/{name}")
-    assert r.status_code in (201, 409), r.text
-    try:
-        r = carol.api("POST", f"/users/{name}/server", json={"profile": "pytorch", "gpus": 1})
-        assert r.status_code == 400, r.text
-        assert f"The account {name} cannot run portal sessions" in r.json()["message"]
-        assert not squeue("-u", name, "-o", "%i")
-        sacct = subprocess.run(
-            ["sacct", "-n", "-X", "-u", name, "-S", since, "-o", "JobID"],
-            capture_output=True,
-            text=True,
-        )
-        assert sacct.stdout.strip() == "", sacct.stdout
-    finally:
-        carol.api("DELETE", f"/users/{name}")
+    assert r.status_code == 403 and "requires any of [admin:users]" in r.json()["message"]
+    r = carol.api("POST", "/users", json={"usernames": [name]})
+    assert r.status_code == 403, r.text
+    r = carol.api("POST", f"/users/{name}/server", json={"profile": "pytorch", "gpus": 1})
+    assert r.status_code == 404, r.text
+    assert carol.api("GET", f"/users/{name}").status_code == 404
+    assert not squeue("-u", name, "-o", "%i")
+    sacct = subprocess.run(
+        ["sacct", "-n", "-X", "-u", name, "-S", since, "-o", "JobID"],
+        capture_output=True,
+        text=True,
+    )
+    assert sacct.stdout.strip() == "", sacct.stdout
 
 
 def process_user(pid):

@@ -83,3 +83,19 @@ async def test_the_last_nodes_are_chosen_again(runner):  # noqa: F811
     s._link_options = {"profile": "default", "gpus": "1", "nodes": "2"}
     page, _ = rendered(s, TWO_NODES)
     assert re.search(r'<option value="2"\s+selected>2</option>', nodes_select(page))
+
+
+def test_an_account_outside_the_portal_gets_no_session_whoever_asks():
+    """A system account or one in none of the portal's groups is refused
+    before anything is submitted, even when an admin asks (only a
+    break-glass JupyterHub admin can add such an account to the hub;
+    tests/integration/test_least_privilege.py shows a portal admin cannot)."""
+    s = spawner("unit-options-account")
+    uid = s.account().pw_uid
+    s.uid_min, s.uid_max = uid + 1, uid + 1000
+    with pytest.raises(ProfileError, match=rf"its uid {uid} is outside the portal's user range"):
+        s.resolve_options({"profile": "default", "gpus": 1})
+    s.uid_min, s.uid_max = 0, uid + 1000
+    s.allowed_unix_groups = ["portal-nosuchgroup"]
+    with pytest.raises(ProfileError, match="none of the portal's groups"):
+        s.resolve_options({"profile": "default", "gpus": 1})
