@@ -74,7 +74,7 @@ DEMO_USERS=(
     "carol:20003:portal-users:Carol:Clark"
     "eve:20009:guests:Eve:Evans"
 )
-# Groups: name:gidNumber:members (memberUid). Members of ADMIN_GROUP are hub
+# Groups: name:gidNumber:members (memberUid). Members of ADMIN_GROUP are portal
 # admins (portal.toml [ldap] admin_groups). guests is the primary group of
 # accounts that are in no portal group.
 DEMO_GROUPS=(
