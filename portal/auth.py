@@ -11,9 +11,15 @@ It never makes anyone a JupyterHub admin: members of the ``admin_groups``
 are portal admins through the hub group of that name, which holds the
 ``portal-admin`` role (``portal.hub_config.configure_admins``); JupyterHub's
 admin role is for the accounts a site names in ``Authenticator.admin_users``.
+
+Password guessing is slowed, then refused, per user name (``portal.throttle``):
+``authenticate`` asks the throttle before ldapauthenticator binds, so a
+locked-out name gets HTTP 429 without LDAP being asked, even with the right
+password. The counts live in the hub's memory; a hub restart forgets them.
 """
 
 import asyncio
+import math
 
 import ldap3
 from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
@@ -22,7 +28,12 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
-from traitlets import List, default
+from traitlets import Float, Instance, Integer, List, default
+
+from portal.settings import defaults
+from portal.throttle import LoginThrottle, describe_wait
+
+LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
 
 
 def group_name(dn):
@@ -47,6 +58,38 @@ def login_required(handler):
     return False
 
 
+def shown(name):
+    """A login name as logs and messages show it: at most 32 characters, with
+    control and non-ASCII characters escaped (a name is whatever was typed)."""
+    if len(name) > 32:
+        name = f"{name[:16]}...({len(name)} chars)"
+    return ascii(name)[1:-1]
+
+
+def client_address(handler):
+    """Where a login came from, for the log: the address the hub reads (the
+    proxy's X-Forwarded-For, or an X-Real-Ip any client may send), and the
+    connection's own peer when it differs (the proxy's, or a direct caller's)."""
+    if handler is None:
+        return "unknown"
+    request = handler.request
+    peer = getattr(getattr(request.connection, "context", None), "address", None)
+    peer = peer[0] if isinstance(peer, tuple) and peer else None
+    if peer in (None, request.remote_ip):
+        return request.remote_ip
+    return f"{request.remote_ip} (via {peer})"
+
+
+def too_many_failures(name, seconds):
+    """The refusal of a locked-out name: HTTP 429, which the login page shows
+    as its error, with the seconds in Retry-After."""
+    refusal = web.HTTPError(
+        429, "Too many failed logins for %s: try again in %s", shown(name), describe_wait(seconds)
+    )
+    refusal.headers = {"Retry-After": str(max(math.ceil(seconds), 1))}
+    return refusal
+
+
 class PortalLDAPAuthenticator(LDAPAuthenticator):
     admin_groups = List(
         help="""LDAP group DNs whose members are portal admins.
@@ -63,14 +106,92 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         """,
     ).tag(config=True)
 
+    login_failures_allowed = Integer(
+        LDAP["login_failures_allowed"],
+        min=0,
+        help="""Failed logins of one user name within ``login_failure_window_seconds``
+        that lock the name out for ``login_lockout_seconds``.
+
+        Before that, each failure makes the name's next attempt wait
+        ``login_failure_delay_seconds``, doubling with each failure. A
+        locked-out name is refused (HTTP 429, "Too many failed logins for
+        alice: try again in 5 min") before LDAP is asked, even with the right
+        password; other names are not slowed. A successful login clears the
+        count. Names are counted as ``normalize_username`` makes them
+        (``Alice`` counts for ``alice``), whether or not the account exists.
+        Counted in the hub's memory: a hub restart forgets them.
+
+        Default 5 (deploy/portal.toml [ldap]). Example: ``10``. 0: no limit,
+        no delay.
+        """,
+    ).tag(config=True)
+
+    login_failure_window_seconds = Float(
+        LDAP["login_failure_window_seconds"],
+        min=1,
+        help="""Seconds a failed login counts towards ``login_failures_allowed``
+        (a sliding window: older failures are forgotten).
+
+        Default 600 (deploy/portal.toml [ldap]). Example: ``3600``.
+        """,
+    ).tag(config=True)
+
+    login_lockout_seconds = Float(
+        LDAP["login_lockout_seconds"],
+        min=1,
+        help="""Seconds a user name is refused once it has reached
+        ``login_failures_allowed`` failed logins; then its count starts again.
+        Anyone who knows a name can lock it out this long, so keep it short:
+        it is there to make guessing slow, not to stop it for good.
+
+        Default 300 (deploy/portal.toml [ldap]). Example: ``900``. At least 1;
+        ``login_failures_allowed = 0`` turns the throttle off.
+        """,
+    ).tag(config=True)
+
+    login_failure_delay_seconds = Float(
+        LDAP["login_failure_delay_seconds"],
+        min=0,
+        help="""Seconds after a failed login before the same name's next attempt
+        is checked, doubled with each further failure in the window (1, 2, 4,
+        8 s), at most ``login_lockout_seconds``. The hub holds the attempt that
+        long (other logins go on); a person retyping a password rarely notices.
+
+        Default 1 (deploy/portal.toml [ldap]). Example: ``2``. 0: no delay.
+        """,
+    ).tag(config=True)
+
+    login_throttle = Instance(
+        LoginThrottle,
+        help="""The failed logins counted so far (``portal.throttle.LoginThrottle``),
+        built from the ``login_*`` settings. Kept in the hub's memory only.""",
+    )
+
+    @default("login_throttle")
+    def _login_throttle_default(self):
+        return LoginThrottle(
+            allowed=self.login_failures_allowed,
+            window=self.login_failure_window_seconds,
+            lockout=self.login_lockout_seconds,
+            delay=self.login_failure_delay_seconds,
+        )
+
     @default("manage_groups")
     def _manage_groups_default(self):
         return True
 
     async def authenticate(self, handler, data):
+        """ldapauthenticator's bind, throttled per user name, with the LDAP groups applied.
+
+        Raises HTTP 429 while the name is locked out (before any bind), and
+        HTTP 503 when the directory does not answer (not counted as a failure).
+        """
+        name = self.normalize_username(data.get("username") or "")
+        await self.wait_for_turn(name)
         try:
             model = await super().authenticate(handler, data)
         except LDAPException:
+            self.login_throttle.abandoned(name)
             # A refused password returns None; this is the directory failing.
             self.log.exception(
                 "LDAP server %s:%s failed during the login of %s; check that it runs "
@@ -82,13 +203,59 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             raise web.HTTPError(
                 503, "The login directory (LDAP) is not answering. Please try again in a minute."
             ) from None
+        except BaseException:
+            self.login_throttle.abandoned(name)
+            raise
         if model is None:
+            self.count_failure(name, client_address(handler))
             return None
+        self.login_throttle.succeeded(name)
         self.apply_groups(model)
         self.log.info(
             "LDAP login of %s: groups %s", model["name"], ", ".join(model["groups"]) or "none"
         )
         return model
+
+    async def wait_for_turn(self, name):
+        """Hold a login of ``name`` for its delay after recent failures, then
+        count it as in progress; raise HTTP 429 while the name is locked out."""
+        throttle = self.login_throttle
+        while True:
+            refused = throttle.refused_for(name)
+            if refused:
+                raise too_many_failures(name, refused)
+            delay = throttle.delay_for(name)
+            if not delay:
+                # no await between the check and this: concurrent guesses count at once
+                throttle.begin(name)
+                return
+            await asyncio.sleep(delay)
+
+    def count_failure(self, name, address):
+        """Count and log a refused password (or name) of ``name`` from ``address``."""
+        count = self.login_throttle.failed(name)
+        if not count:  # no limit, or begun before a lockout that started since
+            self.log.warning("Failed login for %s from %s", shown(name), address)
+            return
+        self.log.warning(
+            "Failed login for %s from %s: %d of %d allowed within %g s",
+            shown(name),
+            address,
+            count,
+            self.login_failures_allowed,
+            self.login_failure_window_seconds,
+        )
+        if count >= self.login_failures_allowed:
+            self.log.warning(
+                "Logins for %s refused for %g s from now: %d failed logins within %g s, "
+                "the last from %s (PortalLDAPAuthenticator.login_failures_allowed, "
+                "login_lockout_seconds)",
+                shown(name),
+                self.login_lockout_seconds,
+                count,
+                self.login_failure_window_seconds,
+                address,
+            )
 
     def apply_groups(self, model):
         """Set the model's hub ``groups`` from its ``auth_state``'s LDAP groups.

@@ -93,6 +93,11 @@ def configure_auth(c, settings):
     # (PortalLDAPAuthenticator.refresh_user).
     c.Authenticator.auth_refresh_age = ldap["refresh_seconds"]
     c.Authenticator.refresh_pre_spawn = True
+    # Password guessing is slowed, then refused, per user name (portal.throttle).
+    c.PortalLDAPAuthenticator.login_failures_allowed = ldap["login_failures_allowed"]
+    c.PortalLDAPAuthenticator.login_failure_window_seconds = ldap["login_failure_window_seconds"]
+    c.PortalLDAPAuthenticator.login_lockout_seconds = ldap["login_lockout_seconds"]
+    c.PortalLDAPAuthenticator.login_failure_delay_seconds = ldap["login_failure_delay_seconds"]
     # Hub names are Unix login names (useradd's rule): they run the Slurm jobs.
     c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_-]{0,31}$"
 
