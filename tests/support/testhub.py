@@ -21,12 +21,21 @@ JOB_NAME = f"portal-test{_SUFFIX}"
 SETTINGS_FILE = Path(f"/var/lib/portal/test-settings{_SUFFIX}.toml")
 # Spawner.poll_interval and the shared squeue's interval of the test hub, in seconds.
 POLL_INTERVAL = 2.0
+# The test hub's login throttle: the default count, a short lockout and short
+# delays, so that a test that locks a name out waits seconds, not minutes.
+LOGIN_THROTTLE = """
+[ldap]
+login_failures_allowed = 5
+login_lockout_seconds = 10.0
+login_failure_delay_seconds = 0.2
+"""
 
 TEST_SETTINGS = (
     hub_settings(PORT, STATE, JOB_NAME)
     + f"""poll_interval = {POLL_INTERVAL}
 cluster_interval = {POLL_INTERVAL}
 """
+    + LOGIN_THROTTLE
     + PYTORCH_PROFILE
     + """
 [[profiles]]
