@@ -88,7 +88,8 @@ class Hub:
         self.proxy_token = ""
 
     def settings_text(self):
-        return hub_settings(self.port, self.state, self.job_name) + PROFILES
+        # sessions on the hub's own origin: the stock hub's proxy routes by path
+        return hub_settings(self.port, self.state, self.job_name, domain="") + PROFILES
 
     def lite_options(self):
         """jupyterhub options for ``lite``: sessions are ``bench/lite_session.py``."""

@@ -155,7 +155,18 @@ check_readable() {
 
 is_https() { [[ $PORTAL_HUB_BIND_URL == https://* ]]; }
 
+# Names under .localhost ([hub] domain portal.localhost: the hub and every
+# NAME.portal.localhost) are loopback for this host's programs too, as they
+# are for browsers: NSS's myhostname module (libnss-myhostname) after files.
+local_names() {
+    [[ $PORTAL_HUB_DOMAIN == localhost || $PORTAL_HUB_DOMAIN == *.localhost ]] || return 0
+    grep -Eq '^hosts:.*[[:space:]]myhostname([[:space:]]|$)' /etc/nsswitch.conf && return 0
+    sed -i -E 's/^(hosts:[[:space:]]+files)/\1 myhostname/' /etc/nsswitch.conf
+    log "added myhostname to hosts in /etc/nsswitch.conf (*.localhost resolves to loopback)"
+}
+
 prepare() {
+    local_names
     install_templates
     ensure_service_accounts
     install_extend_helper
@@ -190,8 +201,10 @@ start_proxy() {
     local bind host port
     bind=${PORTAL_HUB_BIND_URL#*://}; bind=${bind%%/*}
     host=${bind%:*}; port=${bind##*:}
-    local tls=()
+    local tls=() routing=()
     is_https && tls=(--ssl-key "$PROXY_KEY" --ssl-cert "$PORTAL_TLS_CERT")
+    # [hub] domain: routes by host, each user's sessions on NAME.DOMAIN
+    [ -z "$PORTAL_HUB_DOMAIN" ] || routing=(--host-routing)
     local token
     token=$(new_proxy_token)
     log "starting configurable-http-proxy on $host:$port as $PROXY_USER${tls:+ (HTTPS)}"
@@ -200,7 +213,7 @@ start_proxy() {
         clean_env
         export CONFIGPROXY_AUTH_TOKEN=$token
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
-            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" \
+            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${routing[@]}" \
             --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
             --default-target "http://127.0.0.1:$PORTAL_HUB_API_PORT" \
             --error-target "http://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"

@@ -7,6 +7,7 @@ PACKAGES=(
     # the one-machine cluster
     slurmctld slurmd slurm-client munge slurmdbd mariadb-server
     slapd ldap-utils nslcd libnss-ldapd sudo
+    libnss-myhostname
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist
     # the R kernel, and modulefiles for the environments in terminals

@@ -88,6 +88,8 @@ purge_cluster() {
     rm -rf "$LDAP_DIR" "$PORTAL_CLUSTER_ACCOUNTS_FILE"
     # nslcd resolves no one without slapd: NSS goes back to files alone
     [ -f /etc/nsswitch.conf ] && sed -i -E '/^(passwd|group|shadow):/s/[[:space:]]+ldap\b//' /etc/nsswitch.conf
+    # *.localhost back to what the resolver makes of it (hub.sh local_names)
+    [ -f /etc/nsswitch.conf ] && sed -i -E '/^hosts:/s/[[:space:]]+myhostname\b//' /etc/nsswitch.conf
     remove_ours /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/cgroup.conf \
         /etc/slurm/job_container.conf \
         /etc/slurm/slurmdbd.conf /etc/mysql/portal-slurm.cnf

@@ -30,6 +30,10 @@ wanted_names() {
         echo "IP:127.0.0.1"
         echo "DNS:$(hostname -s)"
         echo "DNS:$(hostname -f 2>/dev/null || hostname -s)"
+        if [ -n "$PORTAL_HUB_DOMAIN" ]; then   # the hub, and each user's sessions
+            echo "DNS:$PORTAL_HUB_DOMAIN"
+            echo "DNS:*.$PORTAL_HUB_DOMAIN"
+        fi
         for name in $PORTAL_TLS_NAMES; do
             if [[ $name =~ ^[0-9.]+$ || $name == *:* ]]; then echo "IP:$name"; else echo "DNS:$name"; fi
         done

@@ -40,6 +40,34 @@ def configure_hub(c, settings):
             "cookie_options": {"secure": True},
             "headers": {"Strict-Transport-Security": HSTS},
         }
+    if hub["domain"]:
+        # Each user's sessions on an origin of their own (NAME.DOMAIN): what
+        # a user's server serves never runs on the hub's origin. __Host-
+        # cookies: no session's host can set one the hub would read.
+        c.JupyterHub.subdomain_host = origin(settings)
+        c.JupyterHub.subdomain_hook = subdomain
+        c.JupyterHub.cookie_host_prefix_enabled = is_https(settings)
+
+
+def subdomain(name, domain, kind):
+    """JupyterHub's subdomain hook: a user's sessions on NAME.DOMAIN (its own
+    IDNA-safe name); services on the hub's own DOMAIN (the admin service
+    serves only the portal's pages, at /services/portal/ beside /hub/).
+
+    >>> subdomain("alice", "portal.localhost", "user")
+    'alice.portal.localhost'
+    >>> subdomain("portal", "portal.localhost", "service")
+    'portal.localhost'
+    """
+    from jupyterhub.utils import subdomain_hook_idna
+
+    return domain if kind == "service" else subdomain_hook_idna(name, domain, kind)
+
+
+def origin(settings):
+    """``scheme://DOMAIN:PORT`` of the hub, from [hub] domain and bind_url."""
+    url = urlparse(settings["hub"]["bind_url"])
+    return f"{url.scheme}://{settings['hub']['domain']}:{url.port or 443}"
 
 
 HSTS = "max-age=31536000"
@@ -393,7 +421,10 @@ def extend_registration(settings):
 
 
 def public_url(settings):
-    """The URL a person on this machine opens: the bind URL, 0.0.0.0 made local."""
+    """The URL a person opens: ``https://DOMAIN:PORT/`` ([hub] domain), else
+    the bind URL with 0.0.0.0 made local."""
     url = urlparse(settings["hub"]["bind_url"])
+    if settings["hub"]["domain"]:
+        return origin(settings) + (url.path or "/")
     host = "127.0.0.1" if url.hostname in ("0.0.0.0", "", None) else url.hostname
     return f"{url.scheme}://{host}:{url.port or 80}{url.path or '/'}"

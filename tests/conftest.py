@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tests.support.hubclient import HubClient, Portal
-from tests.support.hubsettings import CA_CERT, fresh_state, write_settings
+from tests.support.hubsettings import CA_CERT, fresh_state, public_url, write_settings
 from tests.support.jobs import (
     cancel_jobs_of,
     cancel_test_jobs,
@@ -54,7 +54,7 @@ def hub(cluster, hub_env):
     fresh_state(STATE)  # a fresh database and profile store; the logs are kept
     result = deploy("hub.sh", "start", env=hub_env, check=False)
     assert result.returncode == 0, result.stderr
-    yield f"https://127.0.0.1:{PORT}"
+    yield public_url(PORT)
     deploy("hub.sh", "stop", env=hub_env)
     cancel_test_jobs()
 

@@ -26,6 +26,7 @@ from tests.support.hubsettings import (
     PYTORCH_PROFILE,
     fresh_state,
     hub_settings,
+    public_url,
     write_settings,
 )
 from tests.support.kernelcells import start_in_session
@@ -76,7 +77,7 @@ def culling_hub(cluster):
         fresh_state(STATE)
     result = deploy("hub.sh", "start", env=env, check=False)
     assert result.returncode == 0, result.stderr
-    yield f"https://127.0.0.1:{PORT}"
+    yield public_url(PORT)
     deploy("hub.sh", "stop", env=env)
     cancel_jobs()
 

@@ -4,6 +4,7 @@ cookie."""
 
 import re
 import time
+from urllib.parse import urlparse
 
 import requests
 
@@ -12,13 +13,27 @@ from tests.support.hubsettings import CA_CERT
 SERVICE = "/services/portal/"  # the admin service (portal.service)
 
 
+# A path of a user's server: served on the user's own origin (NAME.DOMAIN)
+# when the hub has a domain ([hub] domain), as the hub redirects browsers.
+USER_PATH = re.compile(r"^/user/([^/]+)/")
+
+
 class HubClient:
     def __init__(self, base_url):
         self.base = base_url.rstrip("/")
+        parsed = urlparse(self.base)
+        # sessions on NAME.HOST where the hub is reached by name, not by address
+        self.domain = parsed.hostname if not re.match(r"^[0-9.]+$", parsed.hostname) else ""
+        self.scheme, self.port = parsed.scheme, parsed.port
         self.session = requests.Session()
         self.session.verify = CA_CERT
 
     def url(self, path):
+        if "://" in path:  # the hub's own answer (a server's url with its host)
+            return path
+        user = USER_PATH.match(path)
+        if user and self.domain:
+            return f"{self.scheme}://{user.group(1)}.{self.domain}:{self.port}{path}"
         return self.base + path
 
     def login(self, username, password):

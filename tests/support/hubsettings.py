@@ -12,6 +12,8 @@ from portal import settings as site_settings
 # The CA every client of the tests checks the portal's certificate against
 # (never a disabled check): [tls] ca_cert of the site settings.
 CA_CERT = site_settings.load()["tls"]["ca_cert"]
+# The hub's host name ([hub] domain): each user's sessions on NAME.DOMAIN.
+DOMAIN = site_settings.load()["hub"]["domain"]
 
 # What a fresh start removes from the state folder (the logs are kept).
 FRESH_START = (
@@ -43,11 +45,18 @@ max_nodes = 2
 """
 
 
-def hub_settings(port, state, job_name):
-    """The [hub], [portal] and [slurm] job_name settings of such a hub, as TOML."""
+def public_url(port, domain=DOMAIN):
+    """Where clients reach a hub of its own on ``port`` (its proxy, on loopback)."""
+    return f"https://{domain or '127.0.0.1'}:{port}"
+
+
+def hub_settings(port, state, job_name, domain=None):
+    """The [hub], [portal] and [slurm] job_name settings of such a hub, as
+    TOML; ``domain`` replaces the site's [hub] domain when given."""
     return f"""
 [hub]
 bind_url = "https://127.0.0.1:{port}"
+{f'domain = "{domain}"' if domain is not None else ""}
 api_port = {port + 81}
 proxy_api_port = {port + 1}
 db_url = "sqlite:///{state}/jupyterhub.sqlite"

@@ -12,12 +12,49 @@ def test_defaults_load():
 
 def test_site_file_overrides(tmp_path, monkeypatch):
     site = tmp_path / "portal.toml"
-    site.write_text('[slurm]\npartition = "a100"\n[hub]\nbind_url = "http://10.0.0.5:443"\n')
+    site.write_text(
+        '[slurm]\npartition = "a100"\n[hub]\nbind_url = "http://10.0.0.5:443"\ndomain = ""\n'
+    )
     monkeypatch.setenv("PORTAL_CONFIG", str(site))
     s = settings.load()
     assert s["slurm"]["partition"] == "a100"
     assert s["slurm"]["cores_per_gpu"] == 8
     assert public_url(s) == "http://10.0.0.5:443/"
+
+
+def test_sessions_get_origins_of_their_own_under_the_domain(tmp_path, monkeypatch):
+    """[hub] domain: the hub at https://DOMAIN:PORT/, each user's sessions on
+    NAME.DOMAIN, the admin service beside the hub, __Host- cookies."""
+    from traitlets.config import Config
+
+    from portal.hub_config import configure_hub, subdomain
+
+    site = tmp_path / "portal.toml"
+    site.write_text('[hub]\nbind_url = "https://0.0.0.0:8443"\ndomain = "portal.example.org"\n')
+    monkeypatch.setenv("PORTAL_CONFIG", str(site))
+    s = settings.load()
+    assert public_url(s) == "https://portal.example.org:8443/"
+    c = Config()
+    configure_hub(c, s)
+    assert c.JupyterHub.subdomain_host == "https://portal.example.org:8443"
+    assert c.JupyterHub.cookie_host_prefix_enabled is True
+    hook = c.JupyterHub.subdomain_hook
+    assert hook("alice", "portal.example.org", "user") == "alice.portal.example.org"
+    assert hook("portal", "portal.example.org", "service") == "portal.example.org"
+    assert hook is subdomain
+
+
+def test_no_domain_keeps_sessions_on_the_hubs_origin(tmp_path, monkeypatch):
+    from traitlets.config import Config
+
+    from portal.hub_config import configure_hub
+
+    site = tmp_path / "portal.toml"
+    site.write_text('[hub]\ndomain = ""\n')
+    monkeypatch.setenv("PORTAL_CONFIG", str(site))
+    c = Config()
+    configure_hub(c, settings.load())
+    assert "subdomain_host" not in c.JupyterHub
 
 
 @pytest.mark.parametrize(
