@@ -21,6 +21,7 @@ hub_config.configure_admins(c, site)
 hub_config.configure_culling(c, site)
 hub_config.start_shared_poll(c)
 hub_config.check_extensions(site)
+hub_config.check_slurm_account(site)
 
 for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):
     exec(compile(extra.read_text(), str(extra), "exec"))

@@ -365,6 +365,45 @@ def check_extensions(settings):
     when_the_hub_runs(lambda: asyncio.ensure_future(check.at_start(get_logger())))
 
 
+def check_slurm_account(settings):
+    """Ask slurmctld, as the hub starts, whether it knows the hub's account by
+    its uid: one it heard of before the Unix account existed it holds with
+    none, and refuses every request of (the spawn page's expected starts,
+    ``sbatch --test-only``). The hub's log then says what to run."""
+    from traitlets.log import get_logger
+
+    when_the_hub_runs(
+        lambda: asyncio.ensure_future(slurm_account_problem(settings, get_logger()))
+    )
+
+
+async def slurm_account_problem(settings, log):
+    """The start check of ``check_slurm_account``: the problem logged, or ""."""
+    from portal.slurm import commands
+
+    account = settings["hub"]["user"]
+    try:
+        uids = await commands.slurm_uids(account, settings["slurm"]["command_timeout"])
+    except (commands.SlurmError, OSError) as e:
+        problem = f"Slurm did not say whether it knows the hub's account {account}: {e}"
+    else:
+        if account not in uids:
+            problem = (
+                f"Slurm has no user {account} (the hub's account): run as root on the "
+                "login node: deploy/slurm.sh sync-users"
+            )
+        elif uids[account] is None:
+            problem = (
+                f"Slurm holds the hub's account {account} without a uid and refuses its "
+                "requests (the spawn page's expected starts): run as root on the login "
+                "node: scontrol reconfigure"
+            )
+        else:
+            return ""
+    log.error("%s", problem)
+    return problem
+
+
 def when_the_hub_runs(callback):
     """Call ``callback`` as soon as the hub's event loop runs: JupyterHub loads
     its config inside its running event loop."""

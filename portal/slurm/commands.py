@@ -16,6 +16,7 @@ from portal import extendhelper
 from .parse import (
     SlurmError,
     max_time_minutes,
+    parse_assoc_uids,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
@@ -156,6 +157,13 @@ async def running_limit(job_id, username, job_name, timeout):
         if "Invalid job id" in str(e):
             return None
         raise
+
+
+async def slurm_uids(name, timeout):
+    """``{name: uid}`` as slurmctld holds the user ``name`` now (uid None: it
+    found no Unix account when it heard of the user); {} when it has none."""
+    argv = ["scontrol", "show", "assoc_mgr", f"users={name}", "flags=users"]
+    return parse_assoc_uids(await run(argv, timeout=timeout))
 
 
 async def wall_caps(job_id, timeout):

@@ -284,3 +284,30 @@ def max_time_minutes(text):
     else:  # MM or MM:SS
         hours, minutes = 0, parts[0]
     return day_count * 1440 + hours * 60 + minutes
+
+
+# A user record of `scontrol show assoc_mgr users=NAME flags=users`:
+# "UserName=NAME(UID) DefAccount=..."; Slurm's NO_VAL (4294967294) for a
+# user slurmctld found no Unix account of when it heard of it.
+ASSOC_USER_RE = re.compile(r"^UserName=([^\s(]+)(?:\((\d+)\))?(?:\s|$)")
+NO_VAL = 4294967294
+
+
+def parse_assoc_uids(text):
+    """The users of ``scontrol show assoc_mgr users=NAME flags=users`` and the
+    uid slurmctld holds for each: ``{name: uid}``, None where it holds none.
+
+    >>> parse_assoc_uids("User Records\\n\\nUserName=portal(998) DefAccount=portal AdminLevel=None")
+    {'portal': 998}
+    >>> parse_assoc_uids("UserName=portal(4294967294) DefAccount=portal AdminLevel=Not Set")
+    {'portal': None}
+    >>> parse_assoc_uids("No users currently cached in Slurm.")
+    {}
+    """
+    users = {}
+    for line in text.splitlines():
+        match = ASSOC_USER_RE.match(line.strip())
+        if match:
+            uid = int(match.group(2)) if match.group(2) else NO_VAL
+            users[match.group(1)] = None if uid == NO_VAL else uid
+    return users
