@@ -156,7 +156,7 @@ def framework_kernel(env):
         "language": "python",
         # jupyter_client fills in ${PATH} from the session's environment.
         "env": {"PATH": f"{env / 'bin'}:${{PATH}}", "VIRTUAL_ENV": str(env)},
-        "metadata": {"debugger": True, MARK: {"environment": env.name}},
+        "metadata": {"debugger": False, MARK: {"environment": env.name}},
     }
     return spec, label, version
 
@@ -166,7 +166,7 @@ def python3_kernel(jupyter_env):
         "argv": python_argv(jupyter_env),
         "display_name": "Python 3",
         "language": "python",
-        "metadata": {"debugger": True, MARK: {"environment": "jupyter"}},
+        "metadata": {"debugger": False, MARK: {"environment": "jupyter"}},
     }
 
 

@@ -10,6 +10,11 @@ IOPub "pipe" (a PULL socket on 127.0.0.1), through which processes forked by
 the kernel send their output. Here that pipe is an ipc socket too, beside the
 kernel's own, when the kernel speaks ipc from a folder only its user opens.
 
+The kernels' debugger is off: ipykernel's debugpy listens on TCP ports of
+127.0.0.1, and stayed listening after JupyterLab's debugger was turned off,
+so another user of the node attached to it and ran code as the kernel's user
+(an attacker's review found it). There is no transport for it but TCP.
+
 Written against ipykernel 7.4 (``IOPubThread._setup_pipe_in`` and
 ``_setup_pipe_out``, ``_pipe_port``, ``_pipe_in``); where ipykernel is not as
 expected the kernel starts as ipykernel makes it and says so on stderr.
@@ -92,9 +97,20 @@ def pipe_over_ipc(path):
     return True
 
 
+def debugger_off():
+    """ipykernel without its debugger (debugpy, which listens on TCP): a
+    debug request is answered as by a kernel that has none."""
+    try:
+        from ipykernel import debugger
+    except ImportError:
+        return
+    debugger._is_debugpy_available = False
+
+
 def main():
     if sys.path and sys.path[0] == "":  # as ipykernel_launcher: not the cwd's modules
         del sys.path[0]
+    debugger_off()
     path = private_pipe_path(connection_file(sys.argv[1:]))
     if path and not pipe_over_ipc(path):
         print("portal: ipykernel's IOPub pipe is not as expected: left on TCP", file=sys.stderr)

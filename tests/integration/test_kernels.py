@@ -174,18 +174,23 @@ try:
             "    print('from a fork', flush=True)\\n    os._exit(0)\\nos.wait()")
     kc.execute_interactive(code, timeout=60,
                            output_hook=lambda m: out.append(m["content"].get("text", "")))
+    # JupyterLab's debugger asks the kernel to start debugpy, which listens on TCP
+    request = kc.session.msg("debug_request", {"type": "request", "seq": 1,
+        "command": "initialize", "arguments": {"adapterID": "", "clientID": "x"}})
+    kc.control_channel.send(request)
+    debug = kc.control_channel.get_msg(timeout=30)["content"]
     pid = km.provisioner.pid
     ss = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     tcp = [line.split()[3] for line in ss.splitlines() if f"pid={pid}," in line]
 finally:
     kc.stop_channels()
     km.shutdown_kernel(now=True)
-print(json.dumps({"printed": "".join(out), "tcp": tcp}))
+print(json.dumps({"printed": "".join(out), "tcp": tcp, "debug": debug}))
 """
 
 
 @pytest.mark.parametrize("kernel", [*FRAMEWORKS, "python3"])
-def test_a_kernel_over_ipc_listens_on_no_tcp_port_and_forks_still_print(kernel, workdir):
+def test_a_kernel_over_ipc_listens_on_no_tcp_port_even_when_debugged(kernel, workdir):
     """The sessions' kernels speak ipc (deploy/jupyter_server_config.py); the
     portal's launcher moves ipykernel's last TCP socket, the pipe of forked
     processes' output, to ipc as well: nothing of the kernel listens on the
@@ -196,6 +201,7 @@ def test_a_kernel_over_ipc_listens_on_no_tcp_port_and_forks_still_print(kernel, 
     seen = json.loads(result.stdout.splitlines()[-1])
     assert seen["tcp"] == [], seen
     assert "from a fork" in seen["printed"], seen
+    assert seen["debug"].get("success") is not True, seen  # no debugger to start
 
 
 DEFAULT_KERNEL = """
