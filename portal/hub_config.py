@@ -47,6 +47,10 @@ def configure_hub(c, settings):
         c.JupyterHub.subdomain_host = origin(settings)
         c.JupyterHub.subdomain_hook = subdomain
         c.JupyterHub.cookie_host_prefix_enabled = is_https(settings)
+        # and the hub's pages only on the hub's own host, never on a session's
+        from spawners import host_guard
+
+        host_guard.install(hub["domain"])
 
 
 def subdomain(name, domain, kind):
@@ -188,6 +192,10 @@ def configure_service(c, settings):
     if is_https(settings):
         # the service ignores X-Forwarded-Proto: it is told its cookies are Secure
         env["JUPYTERHUB_COOKIE_OPTIONS"] = json.dumps({"secure": True})
+        if settings["hub"]["domain"]:
+            # a __Host- cookie, as the hub's: no session's host can set one
+            # the service reads (it is on the hub's host, sessions on others)
+            env["JUPYTERHUB_COOKIE_HOST_PREFIX_ENABLED"] = "1"
     c.JupyterHub.services = [
         {
             "name": "portal",
