@@ -811,7 +811,7 @@ class PortalSpawner(SlurmSpawner):
     async def _job_ended(self):
         reason = await self.job_end_reason()
         log_path = self.job_log
-        self.clear_state()
+        self._forget_job()
         raise RuntimeError(
             "Your Slurm job ended before Jupyter started"
             + (f" ({reason})" if reason else "")
@@ -828,7 +828,7 @@ class PortalSpawner(SlurmSpawner):
         await poller.snapshot_since(time.monotonic() - 2 * poller.interval)
         if poller.is_gone(self.job_id, self.submitted_at):
             await self._record_end()
-            self.clear_state()
+            self._forget_job()
             return 1
         return None  # listed, or Slurm did not answer: kept as last seen
 
@@ -1041,6 +1041,15 @@ class PortalSpawner(SlurmSpawner):
             self.last_options = state["last_options"]
         if isinstance(state.get("last_end"), dict):
             self.last_end = state["last_end"]
+
+    def _forget_job(self):
+        """clear_state for a job that ended by itself, but the server's API
+        token stays: JupyterHub's stop, which follows, reads it before it polls
+        and deletes it, then clears the state. Cleared here, the token (with
+        access to all of the user's future servers) was never deleted."""
+        token = self.api_token
+        self.clear_state()
+        self.api_token = token
 
     def clear_state(self):
         super().clear_state()
