@@ -27,11 +27,12 @@ import asyncio
 import json
 import logging
 import os
-import ssl
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+from portal import tlscontext
 
 INTERVAL_ENV = "PORTAL_ACTIVITY_SECONDS"
 GPU_BUSY_ENV = "PORTAL_GPU_BUSY_PERCENT"
@@ -152,13 +153,7 @@ class ActivityReporter:
             url = f"{environ['JUPYTERHUB_API_URL'].rstrip('/')}/users/{user}/activity"
         if interval <= 0 or not url or not token:
             return None
-        ssl_options = None
-        keyfile = environ.get("JUPYTERHUB_SSL_KEYFILE")
-        certfile = environ.get("JUPYTERHUB_SSL_CERTFILE")
-        if keyfile and certfile:  # the hub's internal_ssl
-            cafile = environ.get("JUPYTERHUB_SSL_CLIENT_CA")
-            ssl_options = ssl.create_default_context(cafile=cafile)
-            ssl_options.load_cert_chain(certfile, keyfile)
+        ssl_options = tlscontext.from_environ(environ)  # the hub's internal_ssl, or None
         kernel_manager = serverapp.kernel_manager
         return cls(
             server_activity=serverapp.web_app.last_activity,

@@ -26,7 +26,6 @@ header only.
 import json
 import os
 import socket
-import ssl
 import sys
 import threading
 import time
@@ -35,6 +34,8 @@ import urllib.request
 from runpy import run_path
 from shutil import which
 from urllib.parse import urlsplit, urlunsplit
+
+from portal import tlscontext
 
 TRIES = 4  # a hub restarting meanwhile is back within this (0.5, 1, 2 s apart)
 TIMEOUT = 10  # seconds per try
@@ -79,13 +80,8 @@ def opener(environ=os.environ):
     """``urlopen`` for the report: no proxy, no redirect, and the hub's internal
     TLS when the hub gives its files (``JUPYTERHUB_SSL_*``)."""
     handlers = [urllib.request.ProxyHandler({}), _NoRedirect()]
-    keyfile, certfile = (
-        environ.get("JUPYTERHUB_SSL_KEYFILE"),
-        environ.get("JUPYTERHUB_SSL_CERTFILE"),
-    )
-    if keyfile and certfile:
-        context = ssl.create_default_context(cafile=environ.get("JUPYTERHUB_SSL_CLIENT_CA"))
-        context.load_cert_chain(certfile, keyfile)
+    context = tlscontext.from_environ(environ)
+    if context:
         handlers.append(urllib.request.HTTPSHandler(context=context))
     return urllib.request.build_opener(*handlers).open
 

@@ -20,6 +20,7 @@ import html
 import json
 import os
 import shlex
+import ssl
 import urllib.error
 import urllib.request
 
@@ -60,6 +61,23 @@ def parse_logdir(line):
     return logdir, ignored
 
 
+def session_tls(environ=os.environ):
+    """With the hub's internal_ssl, the context of a request to the session's
+    own server: the session's certificate, the server's checked against the
+    CAs the hub gave it (``JUPYTERHUB_SSL_*``, which kernels inherit); None
+    without. As ``portal.tlscontext.from_environ``: this file is copied
+    alone into environments without the portal package."""
+    keyfile, certfile = (
+        environ.get("JUPYTERHUB_SSL_KEYFILE"),
+        environ.get("JUPYTERHUB_SSL_CERTFILE"),
+    )
+    if not keyfile or not certfile:
+        return None
+    context = ssl.create_default_context(cafile=environ["JUPYTERHUB_SSL_CLIENT_CA"])
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
 def start(logdir, api=None, token=None):
     """POST the folder to the session's API; TensorBoard's ``{"id", "url", "logdir"}``."""
     api = api or os.environ[API_ENV]
@@ -71,7 +89,7 @@ def start(logdir, api=None, token=None):
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT, context=session_tls()) as response:
             return json.load(response)
     except urllib.error.HTTPError as e:
         try:
