@@ -28,6 +28,8 @@ from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import SessionExtender, may_extend, no_session
 from portal.service import is_portal_admin
 
+from .internal_tls import hub_client_context
+
 ROUTE = r"/portal/sessions/([^/]+)/extend"
 GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
 # Seconds the card's GPU figures may take to come from the session.
@@ -152,6 +154,7 @@ class SessionGPUsHandler(BaseHandler):
                 request_timeout=GPUS_TIMEOUT,
                 follow_redirects=False,
                 raise_error=False,
+                ssl_options=hub_client_context(self.settings),  # internal_ssl
             )
             data = json.loads(r.body) if r.code == 200 else None
         except (OSError, HTTPClientError, ValueError, RecursionError) as e:

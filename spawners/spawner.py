@@ -21,9 +21,11 @@ import os
 import pwd
 import re
 import socket
+import ssl
 import time
 from datetime import datetime
 from html import escape as html_escape
+from inspect import isawaitable
 from pathlib import Path
 
 from batchspawner import SlurmSpawner
@@ -35,6 +37,7 @@ from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 from portal.core.idle import describe_idle, session_idle_seconds
 from portal.core.numbers import whole_number
 from portal.core.profiles import (
+    MAX_HOURS,
     SLICE_FIELDS,
     Profile,
     ProfileError,
@@ -45,11 +48,13 @@ from portal.core.profiles import (
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.core.timelimit import describe_minutes, hours_left
+from portal.core.tlsnames import node_alt_names
 from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
 
+from .internal_tls import hub_client_context
 from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
@@ -59,6 +64,10 @@ CULLING = defaults()["culling"]
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
+# Hours a session's internal TLS certificate is valid: the longest any
+# session may run, extensions included (a profile's max_hours is at most
+# MAX_HOURS), and an hour more; JupyterHub's own are valid for five years.
+CERT_HOURS = MAX_HOURS + 1
 # Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -84,6 +93,25 @@ def link_notes(link, profile, values):
                 f"(1 to {high}): {values[key]} is set."
             )
     return notes
+
+
+def read_session_tls(paths):
+    """The PEM texts of a session's TLS files (``PortalSpawner.create_certs``'
+    ``paths``) as its batch script writes them: ``{"key", "cert", "ca"}``,
+    the CA bundle with the session's own CA (``kernels_cafile``) added. The
+    key's file is removed: the hub keeps no copy."""
+    key = Path(paths["keyfile"])
+    tls = {
+        "key": key.read_text(),
+        "cert": Path(paths["certfile"]).read_text(),
+        "ca": "".join(
+            Path(paths[name]).read_text()
+            for name in ("cafile", "kernels_cafile")
+            if paths.get(name)
+        ),
+    }
+    key.unlink()
+    return tls
 
 
 class LinkOptions(Exception):
@@ -269,6 +297,19 @@ class PortalSpawner(SlurmSpawner):
         # nothing of the hub's own environment reaches a session
         return []
 
+    @default("ssl_alt_names")
+    def _ssl_alt_names_default(self):
+        # JupyterHub's default is the hub's own names (trusted_alt_names): a
+        # session's certificate, whose key its user reads, must not cover the
+        # hub's address. Its nodes' names are added by create_certs.
+        return []
+
+    @default("ssl_alt_names_include_local")
+    def _ssl_alt_names_include_local_default(self):
+        # nothing reaches a session at localhost, where the proxy's API and
+        # the admin service answer
+        return False
+
     @default("ip")
     def _ip_default(self):
         # the batch script binds the server to its node's cluster address
@@ -298,6 +339,8 @@ class PortalSpawner(SlurmSpawner):
 
     job_slice = None
     profile = None
+    session_tls = None  # {"key", "cert", "ca"}: PEM texts for the next batch script (move_certs)
+    _certs_lock = asyncio.Lock()  # certipy's store is one JSON file: one signature at a time
     last_options = None  # the last options that passed validation (kept in the state)
     last_end = None  # how the last session ended without a stop (kept until the next start)
     stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.spawn_handlers)
@@ -611,12 +654,14 @@ class PortalSpawner(SlurmSpawner):
         # sudo with a reset environment, and nothing runs as the user first.
         script = render_batch_script(
             env=env,
+            tls=self.session_tls,
             log_dir=os.path.join(home, self.log_dir),
             environment=self.python_env,
             templates=self.templates_dir,
             shared_data=self.shared_data,
             cmd=self.cmd_formatted_for_batch(),
         )
+        self.session_tls = None  # the key is in the script alone from here
         options = [
             f"--job-name={self.job_name}",
             f"--chdir={home}",
@@ -657,6 +702,103 @@ class PortalSpawner(SlurmSpawner):
             return await slurm.end_reason(self.job_id, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return ""
+
+    # -- internal TLS (JupyterHub's internal_ssl) ---------------------------
+
+    async def node_addresses(self):
+        """``{node: [address, ...]}`` of every node of the session's
+        partition, from the shared sinfo (at most ``form_sinfo_age`` seconds
+        old), each name resolved here, as the hub and the proxy will resolve
+        it. HTTP 503 when Slurm lists no node of the partition."""
+        partition = self.job_slice.partition
+        poller = self.poller
+        await poller.partitions_since(self.form_sinfo_age, timeout=self.slurm_timeout)
+        part = poller.partitions.get(partition)
+        if part is None or not part.nodes:
+            self.log.error(
+                "No node of partition %s for the certificate of %s: %s",
+                partition, self.user.name, poller.cluster_error or "sinfo lists none",
+            )  # fmt: skip
+            raise web.HTTPError(
+                503,
+                f"The portal could not list the nodes of partition {partition} for your "
+                "session. Please try again later.",
+            )
+        loop = asyncio.get_running_loop()
+
+        async def resolve(name):
+            try:
+                infos = await loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            except OSError as e:
+                self.log.warning(
+                    "Node %s does not resolve on the hub (%s): the certificate of %s names it "
+                    "by name only", name, e, self.user.name,
+                )  # fmt: skip
+                return []
+            return sorted({info[4][0] for info in infos})
+
+        names = [node.name for node in part.nodes]
+        return dict(zip(names, await asyncio.gather(*map(resolve, names)), strict=True))
+
+    async def create_certs(self):
+        """This session's key and certificate from the hub's ``notebooks-ca``,
+        as ``Spawner.create_certs``, but naming every node of its partition,
+        by name and address (the node the job lands on is known only once it
+        runs, and the certificate travels in the batch script), and nothing
+        else unless a site adds ``ssl_alt_names``: no loopback name, none of
+        the hub's (JupyterHub's defaults), which the user, who reads the key,
+        could answer for. Valid for ``CERT_HOURS``, the longest a session may
+        run, not five years. Signed in a thread: the RSA key and certipy's
+        store would hold the hub's event loop."""
+        names = node_alt_names(await self.node_addresses())
+        extra = self.ssl_alt_names(self) if callable(self.ssl_alt_names) else self.ssl_alt_names
+        if isawaitable(extra):
+            extra = await extra
+        names += [name for name in extra if name not in names]
+        if self.ssl_alt_names_include_local:
+            names = ["DNS:localhost", "IP:127.0.0.1", *names]
+        self.log.info(
+            "Certificate of %s's session for %d names: %s",
+            self.user.name, len(names), ";".join(names),
+        )  # fmt: skip
+        async with self._certs_lock:
+            return await asyncio.to_thread(self._sign_certs, names)
+
+    def _sign_certs(self, names):
+        from certipy import Certipy
+
+        certipy = Certipy(store_dir=self.internal_certs_location)
+        pair = certipy.create_signed_pair(
+            f"user-{self.user.name}",
+            "notebooks-ca",
+            alt_names=names,
+            years=CERT_HOURS / (365 * 24),
+            overwrite=True,
+        )
+        return {
+            "keyfile": pair["files"]["key"],
+            "certfile": pair["files"]["cert"],
+            # the CAs of the session's clients and servers: the hub's and the proxy's
+            "cafile": self.internal_trust_bundles["notebooks-ca"],
+            # and its own, for its kernels' calls to its API (the TensorBoard magic)
+            "kernels_cafile": certipy.store.get_record("notebooks-ca")["files"]["cert"],
+        }
+
+    async def move_certs(self, paths):
+        """The session's key, certificate and CA bundle reach its node inside
+        its batch script, fed to sbatch on stdin (never a command line, never
+        a file another user can read): the script writes them into a new 0700
+        folder of the user's in the job's own /tmp and exports
+        ``JUPYTERHUB_SSL_KEYFILE``, ``_CERTFILE`` and ``_CLIENT_CA`` there.
+        So no path is handed on (``get_env`` exports none), and the hub's copy
+        of the key is removed."""
+        self.session_tls = await asyncio.to_thread(read_session_tls, paths)
+        return {}
+
+    def hub_ssl_context(self):
+        """The hub's client TLS context for its own requests to the session,
+        or None without internal_ssl."""
+        return hub_client_context(getattr(self.user, "settings", None))
 
     # -- the session --------------------------------------------------------
 
@@ -758,7 +900,8 @@ class PortalSpawner(SlurmSpawner):
         with an error, rather than a wait of ``http_timeout``.
         """
         base = self.server.base_url if self.server else self.user.url
-        url = f"http://{self.ip}:{self.port}{base}api"
+        context = self.hub_ssl_context()
+        url = f"{'https' if context else 'http'}://{self.ip}:{self.port}{base}api"
         client = AsyncHTTPClient()
         deadline = time.monotonic() + self.http_timeout
         unreachable_since = None
@@ -767,13 +910,19 @@ class PortalSpawner(SlurmSpawner):
             while time.monotonic() < deadline:
                 try:
                     r = await client.fetch(
-                        url, raise_error=False, connect_timeout=3, request_timeout=5
+                        url,
+                        raise_error=False,
+                        connect_timeout=3,
+                        request_timeout=5,
+                        ssl_options=context,
                     )
                     if r.code < 500:
                         return
                     unreachable_since = None
                 except ConnectionRefusedError:
                     unreachable_since = None  # the node answers; Jupyter is not listening yet
+                except ssl.SSLCertVerificationError as e:
+                    raise self._untrusted(e) from None
                 except (OSError, HTTPClientError) as e:
                     now = time.monotonic()
                     unreachable_since = unreachable_since or now
@@ -806,6 +955,19 @@ class PortalSpawner(SlurmSpawner):
             f"The portal cannot reach your session on node {self.ip} ({address}, port "
             f"{self.port}): {error}. The job is cancelled; tell your admin, who can check "
             "that the login node reaches the compute nodes (PortalSpawner.unreachable_timeout)."
+        )
+
+    def _untrusted(self, error):
+        """What the listener at the reported port answered with is not this
+        session's certificate (or not for this node): it is never trusted."""
+        self.log.error(
+            "Job %s of %s: the server at %s:%s presented a certificate the hub does not "
+            "trust: %s", self.job_id, self.user.name, self.ip, self.port, error,
+        )  # fmt: skip
+        return RuntimeError(
+            f"Your session on node {self.ip} (port {self.port}) could not prove it is "
+            "yours: its TLS certificate was refused. The job is cancelled; tell your admin "
+            "(the hub's log has the reason)."
         )
 
     async def _job_ended(self):

@@ -1,5 +1,6 @@
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ from portal.core.script import render_batch_script
 def render(**overrides):
     values = dict(
         env={"JUPYTERHUB_API_TOKEN": "t0ken", "PORTAL_PROFILE": "pytorch"},
+        tls=None,
         log_dir="/home/alice/.portal/logs",
         environment="/opt/portal/envs/jupyter",
         templates="/opt/portal/notebook_templates",
@@ -33,11 +35,13 @@ def test_every_value_is_quoted():
         environment=evil,
         cmd=["x", evil],
         env={"PORTAL_PROFILE": evil},
+        tls={"key": evil, "cert": evil, "ca": evil},
         log_dir=evil,
         templates=evil,
         shared_data=evil,
     )
     assert shlex.quote(evil + "/bin/activate") in script
+    assert "printf '%s' " + shlex.quote(evil) + ' >"$tls_dir/session.key"' in script
     assert "exec x " + shlex.quote(evil) in script
     assert "export PORTAL_PROFILE=" + shlex.quote(evil) in script
     # the rendered script is valid shell in which the values stay words
@@ -136,3 +140,46 @@ def test_a_failed_landing_copy_is_logged_and_the_session_goes_on(tmp_path):
     assert result.returncode == 0
     assert result.stdout.strip().endswith("went on")
     assert f"portal: copying the templates into {home}/templates failed" in result.stderr
+
+
+TLS = {
+    "key": "-----BEGIN PRIVATE KEY-----\nk3y'$(id)\n-----END PRIVATE KEY-----\n",
+    "cert": "-----BEGIN CERTIFICATE-----\nc3rt\n-----END CERTIFICATE-----\n",
+    "ca": "-----BEGIN CERTIFICATE-----\nhub\n-----END CERTIFICATE-----\n"
+    "-----BEGIN CERTIFICATE-----\nproxy\n-----END CERTIFICATE-----\n",
+}
+
+
+def test_the_sessions_tls_files_are_the_users_alone_in_the_jobs_tmp(tmp_path):
+    """With the hub's internal_ssl, the script writes the session's key,
+    certificate and CA bundle, exactly, into a new 0700 folder in the job's
+    /tmp, exports their paths as JupyterHub's singleuser server reads them,
+    and the server's URL is https."""
+    script = render(tls=TLS)
+    part = "# Jupyter's runtime folder" + script.split("# Jupyter's runtime folder", 1)[1]
+    part = part.split("# Landing folder", 1)[0].replace(
+        "node=${SLURMD_NODENAME:-$(hostname -s)}", "node=localhost"
+    )
+    show = 'echo "$JUPYTERHUB_SSL_KEYFILE $JUPYTERHUB_SSL_CERTFILE $JUPYTERHUB_SSL_CLIENT_CA"'
+    out = subprocess.run(
+        ["bash", "-ec", part + show + '\necho "$JUPYTERHUB_SERVICE_URL"'],
+        env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin", "JUPYTERHUB_SERVICE_PREFIX": "/u/"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    key, cert, ca = map(Path, out[0].split())
+    assert key.read_text() == TLS["key"] and cert.read_text() == TLS["cert"]
+    assert ca.read_text() == TLS["ca"]
+    folder = key.parent
+    assert folder.parent == tmp_path and folder.name.startswith("portal-tls-")
+    assert cert.parent == ca.parent == folder
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert {oct(f.stat().st_mode & 0o777) for f in (key, cert, ca)} == {"0o600"}
+    assert out[1].startswith("https://") and out[1].endswith(":0/u/")
+
+
+def test_without_internal_tls_no_file_and_plain_http():
+    script = render(tls=None)
+    assert "JUPYTERHUB_SSL_" not in script and "tls_dir" not in script
+    assert 'JUPYTERHUB_SERVICE_URL="http://' in script
