@@ -17,6 +17,12 @@
 # The proxy's token is made anew whenever the proxy starts (so at every
 # `make up`), in a file only the hub's account reads; the proxy alone gets
 # it, in its environment.
+# Inside the cluster ([tls] internal, JupyterHub's internal_ssl) the hub,
+# the proxy, the admin service and the sessions speak mutual TLS: the hub's
+# internal CAs and certificates are made in its state folder by the hub's
+# account (`jupyterhub --generate-certs`, with the hub's own configuration)
+# before the proxy starts, and the proxy gets copies, its keys readable by
+# its account alone.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
@@ -40,6 +46,7 @@ done
 HUB_USER=$PORTAL_HUB_USER
 PROXY_USER=$PORTAL_HUB_PROXY_USER
 PROXY_KEY=$(dirname "$PORTAL_TLS_KEY")/proxy.key   # the proxy's copy of the TLS key
+PROXY_TLS_DIR=$RUN_DIR/proxy-tls   # the proxy's copies of its internal certificates
 SUDOERS=/etc/sudoers.d/portal
 SLURM_BIN=/usr/bin
 extend_helper_facts   # EXTEND_HELPER, EXTEND_REGISTRY, EXTEND_ARGS
@@ -54,6 +61,7 @@ clean_env() {
     export PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 }
 URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings, hub_config; print(hub_config.public_url(settings.load()))')
+INTERNAL_CERTS=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(hub_config.internal_certs_location(settings.load()))')
 
 # The notebook templates, where sessions copy them from (world-readable),
 # replaced whole so a session never sees half a copy.
@@ -154,6 +162,16 @@ check_readable() {
 }
 
 is_https() { [[ $PORTAL_HUB_BIND_URL == https://* ]]; }
+is_internal_tls() { [ "$PORTAL_TLS_INTERNAL" = 1 ]; }
+
+# In a subshell about to exec as the hub's account: its state folder, and
+# its own environment alone (PATH, LANG, PORTAL_CONFIG, HOME), with this
+# checkout first on its Python path (the hub runs this repository's
+# configuration and imports this repository's code, whatever copy of the
+# portal package its environment holds).
+enter_hub_env() {
+    cd "$STATE" && clean_env PORTAL_CONFIG && export HOME="$STATE" PYTHONPATH="$REPO_DIR" && umask 077
+}
 
 # Names under .localhost ([hub] domain portal.localhost: the hub and every
 # NAME.portal.localhost) are loopback for this host's programs too, as they
@@ -196,6 +214,36 @@ new_proxy_token() {
     printf '%s' "$token"
 }
 
+# The hub's internal CAs and the certificates of the hub and the proxy,
+# made when missing by the hub's account with the hub's configuration (its
+# names, its folder, $INTERNAL_CERTS), kept across restarts: the proxy and
+# the sessions outlive the hub. Then the proxy's copies in a folder of
+# root's, read through the hub's account (root reads nothing by path in the
+# state folder, where a link could point anywhere): its keys for its account
+# alone (0400), the certificates and CAs world-readable. Its API takes a
+# client certificate of the hub's CA alone (only the hub calls it); as a
+# client it trusts the CAs of the hub and of the sessions and services.
+internal_certs() {
+    local name from to output
+    if ! as_hub_user test -s "$INTERNAL_CERTS/proxy-client/proxy-client.key"; then
+        log "making the hub's internal CAs and certificates in $INTERNAL_CERTS"
+        output=$(enter_hub_env && exec setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups --inh-caps=-all -- \
+            "$HUB_ENV/bin/jupyterhub" --generate-certs -f "$REPO_DIR/jupyterhub_config.py" 2>&1) ||
+            { printf '%s\n' "$output" >&2; die "jupyterhub --generate-certs failed; its output is above"; }
+    fi
+    install -d -m 0755 -o root -g root "$PROXY_TLS_DIR"
+    for name in proxy-api proxy-client; do
+        as_hub_user cat "$INTERNAL_CERTS/$name/$name.key" |
+            "$DEPLOY_DIR/tls.sh" key-copy "$PROXY_USER" "$PROXY_TLS_DIR/$name.key" -
+    done
+    for from in proxy-api/proxy-api.crt proxy-client/proxy-client.crt hub-ca/hub-ca.crt proxy-client-ca_trust.crt; do
+        to=$PROXY_TLS_DIR/$(basename "$from")
+        as_hub_user cat "$INTERNAL_CERTS/$from" >"$to.tmp" || die "cannot read $INTERNAL_CERTS/$from as $HUB_USER"
+        chmod 0644 "$to.tmp"
+        mv -f "$to.tmp" "$to"
+    done
+}
+
 start_proxy() {
     pid_alive "$PROXY_PID" && return 0
     local bind host port
@@ -205,18 +253,31 @@ start_proxy() {
     is_https && tls=(--ssl-key "$PROXY_KEY" --ssl-cert "$PORTAL_TLS_CERT")
     # [hub] domain: routes by host, each user's sessions on NAME.DOMAIN
     [ -z "$PORTAL_HUB_DOMAIN" ] || routing=(--host-routing)
+    local internal=() hub_scheme=http
+    if is_internal_tls; then
+        internal_certs
+        hub_scheme=https
+        internal=(
+            --api-ssl-key "$PROXY_TLS_DIR/proxy-api.key" --api-ssl-cert "$PROXY_TLS_DIR/proxy-api.crt"
+            --api-ssl-ca "$PROXY_TLS_DIR/hub-ca.crt" --api-ssl-request-cert --api-ssl-reject-unauthorized
+            --client-ssl-key "$PROXY_TLS_DIR/proxy-client.key" --client-ssl-cert "$PROXY_TLS_DIR/proxy-client.crt"
+            --client-ssl-ca "$PROXY_TLS_DIR/proxy-client-ca_trust.crt"
+            --client-ssl-request-cert --client-ssl-reject-unauthorized
+        )
+    fi
     local token
     token=$(new_proxy_token)
-    log "starting configurable-http-proxy on $host:$port as $PROXY_USER${tls:+ (HTTPS)}"
+    log "starting configurable-http-proxy on $host:$port as $PROXY_USER${tls:+ (HTTPS)}${internal:+ (internal TLS)}"
     # The token reaches the proxy in its environment alone, never in argv.
     (
         clean_env
         export CONFIGPROXY_AUTH_TOKEN=$token
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
             configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${routing[@]}" \
+            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${internal[@]}" \
             --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
-            --default-target "http://127.0.0.1:$PORTAL_HUB_API_PORT" \
-            --error-target "http://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"
+            --default-target "$hub_scheme://127.0.0.1:$PORTAL_HUB_API_PORT" \
+            --error-target "$hub_scheme://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"
     ) </dev/null >>"$PROXY_LOG" 2>&1 &
     echo $! > "$PROXY_PID"
 }
@@ -226,7 +287,7 @@ start_hub() {
     log "starting JupyterHub as $HUB_USER (log: $HUB_LOG)"
     # umask 077: what the hub writes (database, cookie secret, logs) is its own.
     # Its log is opened by the hub's account, in its own folder.
-    (cd "$STATE" && clean_env PORTAL_CONFIG && export HOME="$STATE" && umask 077 && exec nohup \
+    (enter_hub_env && exec nohup \
         setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups --inh-caps=-all -- \
         sh -c 'log=$1; shift; exec "$@" >>"$log" 2>&1' sh "$HUB_LOG" \
         "$HUB_ENV/bin/jupyterhub" -f "$REPO_DIR/jupyterhub_config.py" "$@") \

@@ -6,6 +6,9 @@
 #     deploy/tls.sh ensure              # make the local CA and the host's certificate
 #                                       # when [tls] cert/key do not exist; trust the CA
 #     deploy/tls.sh key-copy USER FILE  # a private copy of the key for USER (0400)
+#     deploy/tls.sh key-copy USER FILE - # the same of the key on stdin (the proxy's
+#                                       # internal keys, which deploy/hub.sh reads
+#                                       # as the hub's account)
 #     deploy/tls.sh status              # the certificate's subject, names and dates
 #
 # A site names its own files in [tls]; they are used as they are. When the
@@ -113,21 +116,31 @@ cmd_ensure() {
     trust_ca
 }
 
-# key-copy USER FILE: FILE becomes a copy of the key that only USER reads.
+# key-copy USER FILE [-]: FILE becomes a copy of the key (with -, of the key
+# on stdin) that only USER reads.
 cmd_key_copy() {
-    local user=$1 file=$2
-    [ -s "$KEY" ] || die "no key at $KEY: run deploy/tls.sh ensure"
-    if [ -f "$file" ] && cmp -s "$KEY" "$file" && [ "$(stat -c '%U %a' "$file")" = "$user 400" ]; then
-        return 0
+    local user=$1 file=$2 from=${3:-$KEY}
+    if [ "$from" != - ]; then
+        [ -s "$from" ] || die "no key at $from: run deploy/tls.sh ensure"
     fi
     install -d -m 0755 "$(dirname "$file")"
-    install -m 0400 -o "$user" -g root "$KEY" "$file.tmp"
+    rm -f "$file.tmp"
+    (umask 077 && if [ "$from" = - ]; then cat; else cat "$from"; fi >"$file.tmp")
+    [ -s "$file.tmp" ] || { rm -f "$file.tmp"; die "key-copy: no key for $file"; }
+    if [ -f "$file" ] && cmp -s "$file.tmp" "$file" && [ "$(stat -c '%U %a' "$file")" = "$user 400" ]; then
+        rm -f "$file.tmp"
+        return 0
+    fi
+    chown "$user:root" "$file.tmp"
+    chmod 0400 "$file.tmp"
     mv -f "$file.tmp" "$file"
 }
 
 case ${1:-} in
     ensure) cmd_ensure ;;
-    key-copy) [ $# -eq 3 ] || die "usage: $0 key-copy USER FILE"; cmd_key_copy "$2" "$3" ;;
+    key-copy)
+        [ $# -eq 3 ] || { [ $# -eq 4 ] && [ "$4" = - ]; } || die "usage: $0 key-copy USER FILE [-]"
+        cmd_key_copy "$2" "$3" "${4:-}" ;;
     status) openssl x509 -in "$CERT" -noout -subject -issuer -dates -ext subjectAltName ;;
-    *) echo "usage: $0 ensure|key-copy USER FILE|status" >&2; exit 2 ;;
+    *) echo "usage: $0 ensure|key-copy USER FILE [-]|status" >&2; exit 2 ;;
 esac

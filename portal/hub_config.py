@@ -93,12 +93,58 @@ def is_https(settings):
     return urlparse(settings["hub"]["bind_url"]).scheme == "https"
 
 
+def is_internal_tls(settings):
+    """Whether the hub, the proxy, the services and the sessions speak mutual
+    TLS among themselves ([tls] internal: JupyterHub's internal_ssl)."""
+    return settings["tls"]["internal"]
+
+
+def internal_scheme(settings):
+    return "https" if is_internal_tls(settings) else "http"
+
+
+def internal_certs_location(settings):
+    """The hub's internal CAs and the certificates of the hub, the proxy and
+    the services (certipy's store): ``internal-ssl`` in [hub] state_dir, the
+    hub's account's only."""
+    return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
+
+
+def hub_alt_names(settings):
+    """The names of the hub's certificate (and the proxy's) beside
+    JupyterHub's own (localhost, 127.0.0.1, this host's FQDN): where the
+    sessions and the proxy reach the hub's API, [hub] api_ip and connect_ip."""
+    from portal.core.tlsnames import alt_names
+
+    return alt_names([hub_api_ip(settings), settings["hub"]["connect_ip"]])
+
+
+def configure_internal_ssl(c, settings):
+    """JupyterHub's internal_ssl ([tls] internal): the hub's API, the proxy's
+    API, the admin service and the sessions serve HTTPS and require a client
+    certificate of the internal CAs. Each session's certificate is made and
+    sent by ``PortalSpawner.create_certs`` and ``move_certs``; the proxy's,
+    made here first by ``jupyterhub --generate-certs``, are copied for it by
+    deploy/hub.sh. Certificates are kept across restarts (the proxy and the
+    sessions outlive the hub)."""
+    if not is_internal_tls(settings):
+        return
+    from spawners import internal_tls
+
+    c.JupyterHub.internal_ssl = True
+    c.JupyterHub.internal_certs_location = internal_certs_location(settings)
+    c.JupyterHub.trusted_alt_names = hub_alt_names(settings)
+    # the hub waits for the admin service at its https URL (a JupyterHub fix)
+    internal_tls.install()
+
+
 def configure_proxy(c, settings):
     """configurable-http-proxy runs on its own (deploy/hub.sh), so that a
     hub restart leaves every session reachable."""
     hub = settings["hub"]
     c.ConfigurableHTTPProxy.should_start = False
-    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{hub['proxy_api_port']}"
+    scheme = internal_scheme(settings)
+    c.ConfigurableHTTPProxy.api_url = f"{scheme}://127.0.0.1:{hub['proxy_api_port']}"
     # From its file (the hub's account only), never from the environment,
     # which Spawner.env_keep or a child process could pass on.
     token_file = Path(hub["state_dir"]) / "proxy_token"
@@ -199,7 +245,9 @@ def configure_service(c, settings):
     c.JupyterHub.services = [
         {
             "name": "portal",
-            "url": f"http://127.0.0.1:{portal['service_port']}",
+            # https with internal_ssl: the service serves its certificate
+            # (JUPYTERHUB_SSL_*) and takes the proxy's and the hub's only
+            "url": f"{internal_scheme(settings)}://127.0.0.1:{portal['service_port']}",
             "command": [sys.executable, "-m", "portal.service"],
             "cwd": str(repo),
             "environment": {"PYTHONPATH": str(repo), **env},
@@ -292,18 +340,21 @@ def configure_culling(c, settings):
     c.PortalSpawner.gpu_busy_percent = culling["gpu_busy_percent"]
     if not culling["enabled"]:
         return
-    c.JupyterHub.services.append(
-        {
-            "name": CULLER_SERVICE,
-            "command": [
-                sys.executable,
-                "-m",
-                "jupyterhub_idle_culler",
-                f"--timeout={timeout}",
-                f"--cull-every={culling['every_seconds']}",
-            ],
-        }
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterhub_idle_culler",
+        f"--timeout={timeout}",
+        f"--cull-every={culling['every_seconds']}",
+    ]
+    if is_internal_tls(settings):
+        # the culler calls the hub's API with the hub's own internal
+        # certificate (it runs as the hub's account, and reads no other)
+        command += [
+            "--ssl-enabled=true",
+            f"--internal-certs-location={internal_certs_location(settings)}",
+        ]
+    c.JupyterHub.services.append({"name": CULLER_SERVICE, "command": command})
     c.JupyterHub.load_roles.append(
         {
             "name": CULLER_SERVICE,
@@ -419,6 +470,10 @@ def when_the_hub_runs(callback):
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not inside the hub (e.g. --generate-config)
         return
+    from jupyterhub.app import JupyterHub
+
+    if JupyterHub.initialized() and JupyterHub.instance().generate_certs:
+        return  # jupyterhub --generate-certs (deploy/hub.sh): it makes certificates and exits
     loop.call_soon(callback)
 
 

@@ -17,7 +17,7 @@ from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
 
-from portal import hub_config
+from portal import hub_config, tlscontext
 from portal import settings as site_settings
 from portal.cluster import ClusterSource
 from portal.core.profiles import NAME_RE
@@ -46,12 +46,15 @@ def create_application(settings=None, store=None):
         timeout=settings["slurm"]["command_timeout"],
     )
     client = httpclient.AsyncHTTPClient()
+    # the hub's internal_ssl: the service's certificate, the hub's checked
+    hub_tls = tlscontext.ssl_context(hub_auth.keyfile, hub_auth.certfile, hub_auth.client_ca)
 
     async def hub_api(path):
         response = await client.fetch(
             url_path_join(hub_auth.api_url, path),
             headers={"Authorization": f"token {hub_auth.api_token}"},
             request_timeout=20,
+            ssl_options=hub_tls,
         )
         return json.loads(response.body)
 
@@ -107,7 +110,11 @@ def main():
     parsed = urlparse(url)
     # No X-Forwarded-* trust: the proxy and any local user alike connect from
     # loopback, so such headers could be forged by a direct connection.
-    server = HTTPServer(app, xheaders=False)
+    # With the hub's internal_ssl, HTTPS with the files the hub gives the
+    # service (JUPYTERHUB_SSL_*), for clients with a certificate of the CAs
+    # it trusts only: the proxy, the hub.
+    tls = tlscontext.from_environ(server=True)
+    server = HTTPServer(app, xheaders=False, ssl_options=tls)
     server.listen(parsed.port, parsed.hostname)
     log.info("portal admin service on %s", url)
     # The hub starts and stops this service; if the hub dies without stopping

@@ -60,11 +60,15 @@ def test_settings_that_cannot_work_are_refused_at_start(change, message):
     check_culling(CULLING)
 
 
-def hub_config(culling):
+def hub_config(culling, internal_tls=False):
     c = Config()
     c.JupyterHub.services = [{"name": "portal"}]
     c.JupyterHub.load_roles = []
-    configure_culling(c, {"culling": {**CULLING, **culling}})
+    site = settings.merge(
+        settings.defaults(),
+        {"culling": culling, "tls": {"internal": internal_tls}, "hub": {"state_dir": "/s"}},
+    )
+    configure_culling(c, site)
     return c
 
 
@@ -77,6 +81,12 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
         "jupyterhub_idle_culler",
         "--timeout=5400",
         "--cull-every=30",
+    ]
+    # with the hub's internal_ssl, it calls the hub with the hub's internal certificate
+    c = hub_config({"idle_minutes": 90.0, "every_seconds": 30}, internal_tls=True)
+    assert c.JupyterHub.services[1]["command"][5:] == [
+        "--ssl-enabled=true",
+        "--internal-certs-location=/s/internal-ssl",
     ]
     (role,) = c.JupyterHub.load_roles
     assert role["services"] == [CULLER_SERVICE]
