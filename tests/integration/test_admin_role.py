@@ -14,19 +14,8 @@ import pytest
 import requests
 
 from portal.service import ADMIN_SCOPE
+from tests.support.internaltls import proxy_routes
 from tests.support.jobs import scontrol_job, user_jobs, wait_no_jobs
-from tests.support.testhub import PORT, STATE
-
-PROXY_API = f"http://127.0.0.1:{PORT + 1}/api/routes"
-
-
-def proxy_routes():
-    """The proxy's routing table as the proxy itself tells it (asked with
-    its token, as root): ``{path: target}``."""
-    token = (STATE / "proxy_token").read_text().strip()
-    r = requests.get(PROXY_API, headers={"Authorization": f"token {token}"}, timeout=10)
-    r.raise_for_status()
-    return {path: route["target"] for path, route in r.json().items()}
 
 
 class Listener(ThreadingHTTPServer):

@@ -15,6 +15,7 @@ from tests.support.jobs import scontrol_job, user_jobs
 from tests.support.testhub import deploy
 
 CLUSTER = site_settings.load()["cluster"]
+SCHEME = "https" if site_settings.load()["tls"]["internal"] else "http"  # inside the cluster
 pytestmark = pytest.mark.skipif(
     CLUSTER["nodes"] < 2, reason="[cluster] nodes < 2: the embedded cluster is this host alone"
 )
@@ -93,13 +94,14 @@ def test_a_session_runs_on_a_compute_node_and_answers_through_the_proxy(login):
         log = open(f"/home/alice/.portal/logs/jupyter-{job_id}.log").read()
         address = socket.gethostbyname(node)
         assert f"on {node} ({address})" in log
-        port = int(re.search(rf"http://{re.escape(address)}:(\d+)/", log).group(1))
+        port = int(re.search(rf"{SCHEME}://{re.escape(address)}:(\d+)/", log).group(1))
         (listener,) = listeners(node, port)
         assert listener["address"] == address
-        # it reaches the hub's API at the login node's address
+        # it reaches the hub's API at the login node's address (over TLS: [tls] internal)
         environ = open(f"/proc/{listener['pid']}/environ", "rb").read().split(b"\0")
         api_url = next(v for v in environ if v.startswith(b"JUPYTERHUB_API_URL="))
-        assert api_url.startswith(f"JUPYTERHUB_API_URL=http://{CLUSTER['network']}.1:".encode())
+        login = f"JUPYTERHUB_API_URL={SCHEME}://{CLUSTER['network']}.1:"
+        assert api_url.startswith(login.encode())
         page = alice.session.get(alice.url(model["servers"][""]["url"] + "lab"), timeout=30)
         assert page.status_code == 200 and "JupyterLab" in page.text
     finally:

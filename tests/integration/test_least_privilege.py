@@ -19,6 +19,7 @@ import requests
 from portal import extendhelper
 from portal import settings as site_settings
 from tests.support.hubsettings import CA_CERT
+from tests.support.internaltls import CERTS, INTERNAL_TLS, proxy_api
 from tests.support.jobs import squeue, wait_no_jobs
 from tests.support.testhub import JOB_NAME, PORT, STATE
 
@@ -54,7 +55,8 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
 def hub_secrets():
     """What must never show in a process of a user: the hubs' proxy tokens
     and cookie secrets, the LDAP admin's and the accounting database's
-    passwords, other users' passwords, the TLS key."""
+    passwords, other users' passwords, the TLS key, the internal CAs' keys
+    and the hub's and the proxy's internal keys."""
     found = {}
     for state in (STATE, Path(SITE["hub"]["state_dir"])):
         for name in ("proxy_token", "jupyterhub_cookie_secret"):
@@ -71,8 +73,13 @@ def hub_secrets():
     for account in json.loads(Path(cluster["accounts_file"]).read_text()):
         if account["username"] != "alice":
             found[f"password of {account['username']}"] = account["password"]
-    key_lines = Path(SITE["tls"]["key"]).read_text().splitlines()
-    found["TLS key"] = key_lines[len(key_lines) // 2]
+    keys = {"TLS key": Path(SITE["tls"]["key"])}
+    if INTERNAL_TLS:  # the internal CAs' keys, the hub's and the proxy's internal keys
+        for name in ("hub-ca", "notebooks-ca", "proxy-client-ca", "hub-internal", "proxy-client"):
+            keys[f"internal key {name}"] = CERTS / name / f"{name}.key"
+    for name, path in keys.items():
+        key_lines = path.read_text().splitlines()
+        found[name] = key_lines[len(key_lines) // 2]
     assert all(len(value) >= 12 for value in found.values()), "a secret too short to search for"
     return found
 
@@ -186,8 +193,7 @@ def test_the_hub_the_service_and_the_proxy_run_as_unprivileged_accounts(hub):
         entry = pwd.getpwnam(name)
         assert 0 < entry.pw_uid < 1000 and entry.pw_shell.endswith("nologin")
     # what the proxy's API answers without its token
-    r = requests.get(f"http://127.0.0.1:{PORT + 1}/api/routes", timeout=10)
-    assert r.status_code == 403
+    assert proxy_api(token="").status_code == 403
 
 
 def as_portal(*argv):
@@ -257,6 +263,16 @@ def test_secrets_belong_to_their_service_account_alone(hub):
         Path(SITE["tls"]["key"]): ("root", 0o600),
         Path(SITE["tls"]["key"]).parent / "proxy.key": (PROXY_USER, 0o400),
     }
+    if INTERNAL_TLS:
+        # the internal CAs' keys and the hub's (its state folder's); the proxy's copies
+        proxy_tls = Path("/run/portal") / STATE.name / "proxy-tls"
+        expect |= {
+            CERTS / "hub-ca" / "hub-ca.key": (HUB_USER, 0o600),
+            CERTS / "notebooks-ca" / "notebooks-ca.key": (HUB_USER, 0o600),
+            CERTS / "hub-internal" / "hub-internal.key": (HUB_USER, 0o600),
+            proxy_tls / "proxy-api.key": (PROXY_USER, 0o400),
+            proxy_tls / "proxy-client.key": (PROXY_USER, 0o400),
+        }
     # root writes nothing in the hub's folder (a link planted there by the
     # hub's account would make root write any file): all of it is the hub's
     assert {pwd.getpwuid(p.lstat().st_uid).pw_name for p in STATE.iterdir()} == {HUB_USER}

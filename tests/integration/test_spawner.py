@@ -169,7 +169,7 @@ def server_port(user):
     log = Path(pwd.getpwnam(user).pw_dir, ".portal", "logs", f"jupyter-{job_id}.log")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        found = re.search(rf"http://[0-9.]+:(\d+)/user/{user}/", log.read_text(errors="replace"))
+        found = re.search(rf"https?://[0-9.]+:(\d+)/user/{user}/", log.read_text(errors="replace"))
         if found:
             return int(found.group(1))
         time.sleep(0.5)
