@@ -15,6 +15,10 @@ The stock-batchspawner hub runs as root, since batchspawner runs sbatch with
 ``sudo -E`` (the session's environment travels in sbatch's), which the portal
 account's sudoers rule refuses. Its proxy is started by ``deploy/hub.sh proxy``,
 as the portal's: HTTPS, as ``[hub] proxy_user``, its token in the state folder.
+Inside the cluster it speaks plain HTTP (``[tls] internal = false``): stock
+batchspawner cannot hand its sessions a certificate. The portal hub speaks
+mutual TLS there, as the portal runs; the benchmark reaches its proxy's API
+and its sessions directly with the hub's internal certificate.
 """
 
 import ssl
@@ -73,7 +77,9 @@ class Hub:
 
     ``url`` is the public, HTTPS side (the proxy); ``localhost_url`` the same for
     clients that keep no cookies of an IP host (aiohttp); ``api_url`` the hub's
-    own API, plain HTTP on loopback, as the sessions reach it."""
+    own API, as the sessions reach it (over TLS with ``internal_tls``)."""
+
+    internal_tls = True  # [tls] internal: mutual TLS inside the cluster
 
     def __init__(self, name, port, job_name, spawner_class):
         self.name = name
@@ -84,12 +90,34 @@ class Hub:
         self.settings_file = Path(f"/var/lib/portal/{name}-settings.toml")
         self.url = f"https://127.0.0.1:{port}"
         self.localhost_url = f"https://localhost:{port}"
-        self.api_url = f"http://{hub_api_ip(site_settings.load())}:{port + 81}"
+        scheme = "https" if self.internal_tls else "http"
+        self.api_url = f"{scheme}://{hub_api_ip(site_settings.load())}:{port + 81}"
         self.proxy_token = ""
 
     def settings_text(self):
+        internal = f"\n[tls]\ninternal = {str(self.internal_tls).lower()}\n"
         # sessions on the hub's own origin: the stock hub's proxy routes by path
-        return hub_settings(self.port, self.state, self.job_name, domain="") + PROFILES
+        return hub_settings(self.port, self.state, self.job_name, domain="") + internal + PROFILES
+
+    @property
+    def internal_certs(self):
+        return self.state / "internal-ssl"
+
+    def internal_cert(self):
+        """``(cert, key)`` of the hub's internal certificate, and the CAs it
+        trusts: how the benchmark reaches the proxy's API and the sessions
+        directly, as the hub does; None without internal TLS."""
+        if not self.internal_tls:
+            return None
+        hub = self.internal_certs / "hub-internal" / "hub-internal"
+        return (f"{hub}.crt", f"{hub}.key"), str(self.internal_certs / "hub-ca_trust.crt")
+
+    def curl_tls(self):
+        """curl's options to reach a session directly as the hub does."""
+        if not self.internal_tls:
+            return ()
+        (cert, key), trust = self.internal_cert()
+        return ("--cacert", trust, "--cert", cert, "--key", key)
 
     def lite_options(self):
         """jupyterhub options for ``lite``: sessions are ``bench/lite_session.py``."""
@@ -138,10 +166,15 @@ class Hub:
 
     def route_target(self, name):
         """Where the proxy sends /user/NAME/ (the server's own address), or None."""
+        headers = {"Authorization": f"token {self.proxy_token}"}
+        if self.internal_tls:  # its API takes the hub's certificate alone
+            cert, trust = self.internal_cert()
+            tls = {"cert": cert, "verify": trust}
+        else:
+            tls = {}
+        scheme = "https" if self.internal_tls else "http"
         r = requests.get(
-            f"http://127.0.0.1:{self.port + 1}/api/routes",
-            headers={"Authorization": f"token {self.proxy_token}"},
-            timeout=10,
+            f"{scheme}://127.0.0.1:{self.port + 1}/api/routes", headers=headers, timeout=10, **tls
         )
         r.raise_for_status()
         route = r.json().get(f"/user/{name}")
@@ -158,6 +191,7 @@ class StockHub(Hub):
     itself run here, as root, with a clean environment."""
 
     config_file = REPO / "bench" / "stock_config.py"
+    internal_tls = False  # its sessions could not get a certificate
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -163,7 +163,7 @@ def train_figures(figures, portal, accounts, runs, steps):
             # the breakdown: one scalars request, and the hops alone (the smallest
             # authenticated answer of the session's server)
             proxied, server, direct, status_proxied, status_server = train.tensorboard_times(
-                server_url, target, name, token, tb
+                server_url, target, name, token, tb, target_tls=portal.curl_tls()
             )
         finally:
             train.stop_tensorboard(server_url, token, tb)

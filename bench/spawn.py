@@ -9,19 +9,27 @@ returns Jupyter's version, not the hub's redirect).
 single-user server (``jupyterhub-singleuser`` of the same environment) from its
 exec to its first HTTP answer, asked directly on its port. It leaves out
 what only a hub does: the port report, the proxy route, the hub's own checks.
+With the hub's internal TLS the floor serves TLS too, with a certificate
+made as the spawner makes a session's, and is asked with the hub's.
 """
 
 import random
 import shlex
+import socket
 import subprocess
+import tempfile
 import time
 
 import requests
+from certipy import Certipy
 from jupyterhub.utils import random_port
 
 from portal import settings as site_settings
 from portal.core.slice import make_slice
+from portal.core.tlsnames import node_alt_names
+from spawners.spawner import read_session_tls
 from tests.support.hubsettings import CA_CERT
+from tests.support.jobs import partition_nodes
 
 FLOOR_JOB = "portal-bench-floor"
 POLL = 0.05  # seconds between the client's checks
@@ -32,22 +40,47 @@ def random_phase():
     time.sleep(random.random())
 
 
-def answers(url, session=requests):
-    """The Jupyter server at ``url`` answers (through the proxy: HTTPS, checked)."""
+def answers(url, session=requests, tls=None):
+    """The Jupyter server at ``url`` answers (through the proxy: HTTPS, checked;
+    directly, with ``tls``: requests' ``cert`` and ``verify``)."""
     try:
-        r = session.get(url, allow_redirects=False, timeout=5, verify=CA_CERT)
+        r = session.get(url, allow_redirects=False, timeout=5, **(tls or {"verify": CA_CERT}))
     except requests.RequestException:
         return False
     return r.status_code == 200 and '"version"' in r.text
 
 
-def wait_answer(url, since, timeout=300, session=requests):
+def wait_answer(url, since, timeout=300, session=requests, tls=None):
     """Monotonic time of the first answer of ``url`` after ``since``."""
     while time.monotonic() - since < timeout:
-        if answers(url, session):
+        if answers(url, session, tls):
             return time.monotonic()
         time.sleep(POLL)
     raise RuntimeError(f"{url} gave no answer within {timeout} s")
+
+
+def floor_tls(hub, partition):
+    """The floor server's key, certificate and CAs (``{"key", "cert", "ca"}``)
+    as ``PortalSpawner.create_certs`` and ``move_certs`` give a session's: of
+    the hub's notebooks-ca, for every node of ``partition``. Signed in a
+    temporary store of root's: the hub's is only read."""
+    addresses = {node: socket.gethostbyname_ex(node)[2] for node in partition_nodes(partition)}
+    ca = hub.internal_certs / "notebooks-ca" / "notebooks-ca"
+    with tempfile.TemporaryDirectory() as folder:
+        certipy = Certipy(store_dir=folder)
+        files = {"key": f"{ca}.key", "cert": f"{ca}.crt", "ca": ""}
+        certipy.store.add_record("notebooks-ca", is_ca=True, files=files)
+        pair = certipy.create_signed_pair(
+            "bench-floor", "notebooks-ca", alt_names=node_alt_names(addresses), years=1 / 365
+        )
+        return read_session_tls(
+            {
+                "keyfile": pair["files"]["key"],
+                "certfile": pair["files"]["cert"],
+                "cafile": str(hub.internal_certs / "notebooks-ca_trust.crt"),
+                "kernels_cafile": f"{ca}.crt",
+            }
+        )
 
 
 def spawn_ready(hub, client, name, options=None):
@@ -110,13 +143,27 @@ def floor(hub, client, name):
         "JUPYTERHUB_OAUTH_CALLBACK_URL": f"{prefix}oauth_callback",
     }
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    scheme, direct_tls = "http", None
+    if hub.internal_tls:  # as the portal's batch script writes a session's files
+        tls = floor_tls(hub, slurm["partition"])
+        writes = "\n".join(
+            f"printf '%s' {shlex.quote(tls[part])} >{folder}/floor.{part}" for part in tls
+        )
+        exports += f"""
+(umask 077
+{writes})
+export JUPYTERHUB_SSL_KEYFILE={folder}/floor.key JUPYTERHUB_SSL_CERTFILE={folder}/floor.cert
+export JUPYTERHUB_SSL_CLIENT_CA={folder}/floor.ca"""
+        scheme = "https"
+        cert, trust = hub.internal_cert()
+        direct_tls = {"cert": cert, "verify": trust}
     # on its node's cluster address, as the portal's batch script does
     script = f"""#!/bin/bash
 date +%s.%N > {folder}/running
 {exports}
 address=$(getent ahostsv4 "$SLURMD_NODENAME" | awk 'NR == 1 {{ print $1 }}')
 echo "$address" > {folder}/address
-export JUPYTERHUB_SERVICE_URL="http://$address:{port}{prefix}"
+export JUPYTERHUB_SERVICE_URL="{scheme}://$address:{port}{prefix}"
 source {envs["jupyter"]}/bin/activate
 date +%s.%N > {folder}/exec
 exec jupyterhub-singleuser --ip="$address" --port={port}
@@ -135,7 +182,7 @@ exec jupyterhub-singleuser --ip="$address" --port={port}
         running, executed = _read_time(f"{folder}/running"), _read_time(f"{folder}/exec")
         with open(f"{folder}/address") as f:
             address = f.read().strip()
-        answered = wait_answer(f"http://{address}:{port}{prefix}api", mono0)
+        answered = wait_answer(f"{scheme}://{address}:{port}{prefix}api", mono0, tls=direct_tls)
         server_start = (answered - mono0) - (executed - wall0)
         return running - wall0, server_start
     finally:

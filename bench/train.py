@@ -222,9 +222,10 @@ def session_tensorboard(user):
         return int(pids[0]), f.read().decode().rstrip("\0").split("\0")
 
 
-def tensorboard_times(server_url, target, user, token, tb, requests_count=20):
+def tensorboard_times(server_url, target, user, token, tb, target_tls=(), requests_count=20):
     """Median seconds of one scalars request to the TensorBoard ``tb``: through the
-    proxy, to the session's server (``target``, the proxy's route: no proxy hop),
+    proxy, to the session's server (``target``, the proxy's route: no proxy hop;
+    ``target_tls``: curl's options for it, the hub's internal certificate),
     direct on TensorBoard's socket; and, for where the time goes, of the server's
     smallest authenticated answer (``api/status``, no TensorBoard), through the
     proxy and to the server."""
@@ -245,12 +246,12 @@ def tensorboard_times(server_url, target, user, token, tb, requests_count=20):
     proxied, server, direct, status_proxied, status_server = [], [], [], [], []
     for _ in range(requests_count):  # interleaved, so all see the same machine
         proxied.append(curl_seconds(*proxy, url + query))
-        server.append(curl_seconds(*auth, target + tb["url"] + query))
+        server.append(curl_seconds(*target_tls, *auth, target + tb["url"] + query))
         direct.append(
             curl_seconds("--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}")
         )
         status_proxied.append(curl_seconds(*proxy, base + status))
-        status_server.append(curl_seconds(*auth, target + status))
+        status_server.append(curl_seconds(*target_tls, *auth, target + status))
     return tuple(
         statistics.median(t) for t in (proxied, server, direct, status_proxied, status_server)
     )
