@@ -13,6 +13,7 @@ import re
 import statistics
 import subprocess
 import time
+from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
@@ -72,35 +73,53 @@ def tcp_listeners():
 
 
 def kernel_environ(kernel_id, timeout=60):
-    """The environment of a kernel of alice's, found by its connection file."""
+    """``(pid, environment)`` of a kernel of alice's, found by its connection file."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in subprocess.run(
             ["pgrep", "-u", USER, "-f", f"kernel-{kernel_id}.json"], capture_output=True, text=True
         ).stdout.split():
             with open(f"/proc/{pid}/environ") as f:
-                return dict(kv.split("=", 1) for kv in f.read().split("\0") if "=" in kv)
+                return pid, dict(kv.split("=", 1) for kv in f.read().split("\0") if "=" in kv)
         time.sleep(0.3)
     raise AssertionError(f"kernel {kernel_id} did not start")
+
+
+# What a kernel needs to reach its session's API: where, its token, and, with
+# TLS inside the cluster, the session's certificate (files in the job's /tmp).
+KERNEL_VARIABLES = (
+    "PORTAL_TENSORBOARD_API",
+    "JUPYTERHUB_API_TOKEN",
+    "JUPYTERHUB_SSL_KEYFILE",
+    "JUPYTERHUB_SSL_CERTFILE",
+    "JUPYTERHUB_SSL_CLIENT_CA",
+)
+
+
+def as_alice_in_the_job(pid, env, *argv):
+    """``argv`` as alice with the kernel's variables, in the mount namespace
+    of its process ``pid`` (the job's own /tmp, where the session's TLS files are)."""
+    names = [name for name in KERNEL_VARIABLES if name in env]
+    return subprocess.run(
+        ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "sudo", f"--preserve-env={','.join(names)}"]
+        + ["-u", USER, *argv],
+        env={**os.environ, **{name: env[name] for name in names}},
+        cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def env_port(env):
     return re.search(r":(\d+)/", env["PORTAL_TENSORBOARD_API"]).group(1)
 
 
-def run_readme_snippet(env, then):
+def run_readme_snippet(pid, env, then):
     """The README's TensorBoard snippet, as alice, with a kernel's variables."""
     readme = (REPO / "README.md").read_text().split("## TensorBoard", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
-    names = ("PORTAL_TENSORBOARD_API", "JUPYTERHUB_API_TOKEN")
-    return subprocess.run(
-        ["sudo", f"--preserve-env={','.join(names)}", "-u", USER, PYTORCH, "-c", snippet + then],
-        env={**os.environ, **{name: env[name] for name in names}},
-        cwd="/tmp",
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return as_alice_in_the_job(pid, env, PYTORCH, "-c", snippet + then)
 
 
 @pytest.fixture(scope="module")
@@ -119,18 +138,10 @@ def alice_logs():
     return f"pytorch/{run}"
 
 
-def run_cells_in_kernel(env, kernel, *cells):
+def run_cells_in_kernel(pid, env, kernel, *cells):
     """Cells in a new kernel of alice's with a session kernel's variables: [[status, shown]]."""
-    names = ("PORTAL_TENSORBOARD_API", "JUPYTERHUB_API_TOKEN")
-    result = subprocess.run(
-        ["sudo", f"--preserve-env={','.join(names)}", "-u", USER, f"{JUPYTER}/bin/python"]
-        + ["-c", RUN_CELLS, "text/html", kernel, *cells],
-        env={**os.environ, **{name: env[name] for name in names}},
-        cwd="/tmp",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    argv = [f"{JUPYTER}/bin/python", "-c", RUN_CELLS, "text/html", kernel, *cells]
+    result = as_alice_in_the_job(pid, env, *argv)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -217,7 +228,9 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     processes = tensorboard_processes(USER)
     assert len(processes) == 1, processes
     ((pid, cmdline),) = processes.items()
-    socket_path = re.search(r"--socket (\S+)", cmdline).group(1)
+    # in the job's own /tmp (job_container/tmpfs), seen through its server's process
+    server_pid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    socket_path = f"/proc/{server_pid}/root" + re.search(r"--socket (\S+)", cmdline).group(1)
     st = os.stat(os.path.dirname(socket_path))
     assert st.st_uid == pwd.getpwnam(USER).pw_uid and st.st_mode & 0o777 == 0o700
     children = subprocess.run(
@@ -243,19 +256,21 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     kernel = alice.session.post(
         alice.url(base + "api/kernels"), json={"name": "pytorch"}, headers=headers, timeout=60
     ).json()
-    env = kernel_environ(kernel["id"])
-    alice.session.delete(alice.url(f"{base}api/kernels/{kernel['id']}"), headers=headers)
-    # the session's own address, on its compute node
-    server = re.match(r"http://([\d.]+):(\d+)/", env["JUPYTERHUB_SERVICE_URL"])
-    assert env.get("PORTAL_TENSORBOARD_API") == f"http://{server[1]}:{env_port(env)}{base}" + (
+    pid, env = kernel_environ(kernel["id"])
+    # the session's own address, on its compute node (over TLS: [tls] internal)
+    server = re.match(r"(https?)://([\d.]+):(\d+)/", env["JUPYTERHUB_SERVICE_URL"])
+    scheme = "https" if env.get("JUPYTERHUB_SSL_CERTFILE") else "http"
+    assert server[1] == scheme
+    assert env.get("PORTAL_TENSORBOARD_API") == f"{scheme}://{server[2]}:{env_port(env)}{base}" + (
         "portal/api/tensorboards"
     )
-    shown = run_readme_snippet(env, 'print(tensorboard("logs").data)\ntensorboard("/etc")')
+    shown = run_readme_snippet(pid, env, 'print(tensorboard("logs").data)\ntensorboard("/etc")')
     assert f'<a href="{tb["url"]}" target="_blank">TensorBoard: logs</a>' in shown.stdout
     assert "RuntimeError: /etc is outside your home folder" in shown.stderr
     # %tensorboard in a session's kernel: the same TensorBoard, inline, behind the login,
     # also after `%load_ext tensorboard` (which registers TensorBoard's own TCP magic)
     cells = run_cells_in_kernel(
+        pid,
         env,
         "pytorch",
         "%load_ext tensorboard",
@@ -268,6 +283,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     assert cells[2][0] == "error" and "UsageError" in cells[2][1] and ".." in cells[2][1]
     assert cells[3][0] == "error" and "usage: %tensorboard --logdir" in cells[3][1]
     assert len(tensorboard_processes(USER)) == 1, "%tensorboard started a second TensorBoard"
+    alice.session.delete(alice.url(f"{base}api/kernels/{kernel['id']}"), headers=headers)
 
     # -- timing: one scalars request through the hub vs. on the socket ----
     query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
