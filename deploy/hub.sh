@@ -33,6 +33,7 @@ HUB_ENV=$PORTAL_ENVS_PREFIX/envs/hub
 # there would have root write any file).
 RUN_DIR=/run/portal/$(basename "$STATE")
 PROXY_PID=$RUN_DIR/proxy.pid
+PROXY_INTERNAL=$RUN_DIR/proxy.internal-tls   # the running proxy's [tls] internal (1 or 0)
 HUB_PID=$RUN_DIR/jupyterhub.pid
 PROXY_LOG=/var/log/portal/$(basename "$STATE")-proxy.log
 HUB_LOG=$STATE/jupyterhub.log   # opened by the hub's account itself
@@ -244,6 +245,17 @@ internal_certs() {
     done
 }
 
+# A running proxy started with the other [tls] internal would refuse the hub
+# (or the hub it): say so before anything stops. (One started before there
+# was a choice speaks plain HTTP inside.)
+check_running_proxy() {
+    pid_alive "$PROXY_PID" || return 0
+    local running
+    running=$(cat "$PROXY_INTERNAL" 2>/dev/null || echo 0)
+    [ "$running" = "$PORTAL_TLS_INTERNAL" ] ||
+        die "the running proxy was started with [tls] internal = $([ "$running" = 1 ] && echo true || echo false): stop it with the hub (deploy/hub.sh stop), and the running sessions, then start again"
+}
+
 start_proxy() {
     pid_alive "$PROXY_PID" && return 0
     local bind host port
@@ -280,6 +292,7 @@ start_proxy() {
             --error-target "$hub_scheme://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"
     ) </dev/null >>"$PROXY_LOG" 2>&1 &
     echo $! > "$PROXY_PID"
+    echo "$PORTAL_TLS_INTERNAL" > "$PROXY_INTERNAL"
 }
 
 start_hub() {
@@ -330,10 +343,10 @@ wait_service_gone() {
 }
 
 case ${1:-} in
-    start) shift; prepare; start_proxy; start_hub "$@"; wait_ready ;;
-    proxy) prepare; start_proxy ;;
+    start) shift; check_running_proxy; prepare; start_proxy; start_hub "$@"; wait_ready ;;
+    proxy) check_running_proxy; prepare; start_proxy ;;
     stop) stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; stop_pidfile "$PROXY_PID" configurable-http-proxy ;;
-    restart) shift; prepare; stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; start_proxy; start_hub "$@"; wait_ready ;;
+    restart) shift; check_running_proxy; prepare; stop_pidfile "$HUB_PID" JupyterHub; wait_service_gone; start_proxy; start_hub "$@"; wait_ready ;;
     status)
         rc=0
         if pid_alive "$PROXY_PID"; then echo "proxy: running (pid $(cat "$PROXY_PID"))"; else echo "proxy: stopped"; rc=3; fi
