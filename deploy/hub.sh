@@ -285,8 +285,7 @@ start_proxy() {
         clean_env
         export CONFIGPROXY_AUTH_TOKEN=$token
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
-            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${routing[@]}" \
-            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${internal[@]}" \
+            configurable-http-proxy --ip "$host" --port "$port" "${tls[@]}" "${routing[@]}" "${internal[@]}" \
             --api-ip 127.0.0.1 --api-port "$PORTAL_HUB_PROXY_API_PORT" \
             --default-target "$hub_scheme://127.0.0.1:$PORTAL_HUB_API_PORT" \
             --error-target "$hub_scheme://127.0.0.1:$PORTAL_HUB_API_PORT/hub/error"
