@@ -431,9 +431,7 @@ def check_slurm_account(settings):
     ``sbatch --test-only``). The hub's log then says what to run."""
     from traitlets.log import get_logger
 
-    when_the_hub_runs(
-        lambda: asyncio.ensure_future(slurm_account_problem(settings, get_logger()))
-    )
+    when_the_hub_runs(lambda: asyncio.ensure_future(slurm_account_problem(settings, get_logger())))
 
 
 async def slurm_account_problem(settings, log):
