@@ -113,10 +113,15 @@ def internal_certs_location(settings):
 def hub_alt_names(settings):
     """The names of the hub's certificate (and the proxy's) beside
     JupyterHub's own (localhost, 127.0.0.1, this host's FQDN): where the
-    sessions and the proxy reach the hub's API, [hub] api_ip and connect_ip."""
+    sessions and the proxy reach the hub's API, [hub] api_ip and connect_ip;
+    and, under host routing ([hub] domain), every host the proxy sends the
+    hub (its route "/" takes the hosts no session holds: a stopped session's
+    link); only the hub holds this key."""
     from portal.core.tlsnames import alt_names
 
-    return alt_names([hub_api_ip(settings), settings["hub"]["connect_ip"]])
+    names = alt_names([hub_api_ip(settings), settings["hub"]["connect_ip"]])
+    domain = settings["hub"]["domain"]
+    return names + [f"DNS:*.{domain}"] if domain else names
 
 
 def configure_internal_ssl(c, settings):
@@ -134,8 +139,9 @@ def configure_internal_ssl(c, settings):
     c.JupyterHub.internal_ssl = True
     c.JupyterHub.internal_certs_location = internal_certs_location(settings)
     c.JupyterHub.trusted_alt_names = hub_alt_names(settings)
-    # the hub waits for the admin service at its https URL (a JupyterHub fix)
-    internal_tls.install()
+    # the hub waits for the admin service at its https URL (a JupyterHub fix);
+    # under host routing the services' certificates name the hub's host
+    internal_tls.install(settings["hub"]["domain"])
 
 
 def configure_proxy(c, settings):

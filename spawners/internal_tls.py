@@ -63,10 +63,16 @@ def _app_client_context():
     return _client_context(hub.internal_ssl_key, hub.internal_ssl_cert, hub.internal_ssl_ca)
 
 
-def install():
-    """Both fixes (idempotent)."""
+def install(domain=""):
+    """The fixes (idempotent). ``domain``: the hub's host name under host
+    routing ([hub] domain), which the services' certificates must name: the
+    proxy checks a backend's certificate against the request's Host (node's
+    TLS client takes the name from it), and JupyterHub 6.1.1 makes the
+    services' certificates for localhost and 127.0.0.1 alone."""
     for module in (app, user, objects):
         module.make_ssl_context = make_ssl_context
+    if domain:
+        name_services(domain)
     if getattr(Server.wait_up, "portal_internal_tls", False):
         return
     original = Server.wait_up
@@ -80,3 +86,20 @@ def install():
 
     wait_up.portal_internal_tls = True
     Server.wait_up = wait_up
+
+
+def name_services(domain):
+    """The hub's managed services (the admin service, at DOMAIN/services/NAME/
+    through the proxy) get certificates that name DOMAIN too."""
+    from jupyterhub.services.service import _ServiceSpawner
+
+    if getattr(_ServiceSpawner.create_certs, "portal_internal_tls", False):
+        return
+    create_certs = _ServiceSpawner.create_certs
+
+    async def create_certs_for_the_hubs_host(self):
+        self.ssl_alt_names = [*self.ssl_alt_names, f"DNS:{domain}"]
+        return await create_certs(self)
+
+    create_certs_for_the_hubs_host.portal_internal_tls = True
+    _ServiceSpawner.create_certs = create_certs_for_the_hubs_host

@@ -751,6 +751,12 @@ class PortalSpawner(SlurmSpawner):
         run, not five years. Signed in a thread: the RSA key and certipy's
         store would hold the hub's event loop."""
         names = node_alt_names(await self.node_addresses())
+        domain = getattr(self.user, "domain", "")
+        if domain:
+            # the user's own host (NAME.DOMAIN): the proxy checks the session's
+            # certificate against it, so only this user's session can answer
+            # this user's requests, even at a port that another user freed
+            names.append(f"DNS:{domain}")
         extra = self.ssl_alt_names(self) if callable(self.ssl_alt_names) else self.ssl_alt_names
         if isawaitable(extra):
             extra = await extra

@@ -14,15 +14,28 @@ stops, and the admin service's pages load.
 import glob
 import os
 import re
+import socket
+import ssl
 import subprocess
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import requests
 from cryptography import x509
 
 from portal import settings as site_settings
-from tests.support.internaltls import CERTS, HUB_CERT, HUB_TRUST, INTERNAL_TLS, proxy_api
+from tests.support.hubsettings import CA_CERT, DOMAIN
+from tests.support.internaltls import (
+    CERTS,
+    HUB_CERT,
+    HUB_TRUST,
+    INTERNAL_TLS,
+    PROXY_API,
+    STATE,
+    proxy_api,
+)
 from tests.support.jobs import scontrol_job, user_jobs, wait_no_jobs
 from tests.support.testhub import PORT
 
@@ -202,7 +215,9 @@ def test_a_session_speaks_tls_to_the_hub_and_the_proxy_alone(session, public_ca_
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     names = set(sans.get_values_for_type(x509.DNSName))
     addresses = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
-    assert names == {"n1", "n2"} and LOGIN not in addresses and "127.0.0.1" not in addresses
+    own_host = {f"alice.{DOMAIN}"} if DOMAIN else set()  # the proxy checks it
+    assert names == {"n1", "n2"} | own_host, names
+    assert LOGIN not in addresses and "127.0.0.1" not in addresses
     assert cert.not_valid_after_utc - datetime.now(UTC) <= timedelta(days=30, hours=1)
 
     # stopped cleanly: the job and the route are gone
@@ -222,3 +237,68 @@ def test_the_admin_services_pages_load_and_its_port_takes_no_stranger(portal):
     service = f"127.0.0.1:{SERVICE_PORT}/services/portal/profiles"
     assert refused(curl(f"http://{service}"))
     assert refused(curl("-k", f"https://{service}"))
+
+
+def session_tls(job_id):
+    """``(certfile, keyfile)`` of the session of job ``job_id``, read from its
+    job's own /tmp (as root)."""
+    pid, env = session_server(job_id)
+    return tuple(f"/proc/{pid}/root{env[f'JUPYTERHUB_SSL_{n}']}" for n in ("CERTFILE", "KEYFILE"))
+
+
+def answer_with(cert):
+    """A TLS listener on loopback with ``cert`` (a session's certificate and
+    key) that answers any request with 200 and the words "answered by"; its
+    port. It stands where a user's freed port would be."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(65536)
+                    body = b"answered by the listener"
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                                b"Connection: close\r\n\r\n%s" % (len(body), body))  # fmt: skip
+            except (OSError, ssl.SSLError):
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.skipif(not DOMAIN, reason="[hub] domain is empty: one origin, no per-user name")
+def test_only_the_users_own_session_certificate_answers_her_host(session):
+    """The freed-port race: users share a node's address, so another user's
+    job can bind the port of a session that ended before the hub drops its
+    route. The proxy checks the backend's certificate against the request's
+    host (alice.DOMAIN), which only alice's session certificate names: a
+    listener with bob's (a real portal certificate of his own session) at
+    the target of alice's route is refused; the same listener with alice's
+    answers, as the control."""
+    session("alice", profile="pytorch", gpus=1)
+    session("bob", profile="pytorch", gpus=1)
+    certs = {name: session_tls(user_jobs(name)[0][0]) for name in ("alice", "bob")}
+    spec = next(s for s in proxy_api().json() if s.rstrip("/").endswith("/user/alice"))
+    token = (STATE / "proxy_token").read_text().strip()
+    alice_url = f"https://alice.{DOMAIN}:{PORT}/user/alice/api/status"
+    seen = {}
+    for holder in ("bob", "alice"):
+        listener = answer_with(certs[holder])
+        r = requests.post(
+            PROXY_API + spec, json={"target": f"https://127.0.0.1:{listener.getsockname()[1]}"},
+            headers={"Authorization": f"token {token}"}, cert=HUB_CERT, verify=HUB_TRUST,
+            timeout=10,
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        answer = requests.get(alice_url, verify=CA_CERT, timeout=30)
+        seen[holder] = (answer.status_code, "answered by the listener" in answer.text)
+        listener.close()
+    assert seen["bob"][1] is False and seen["bob"][0] >= 500, seen
+    assert seen["alice"] == (200, True), seen

@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlparse
 
 import pytest
 import requests
@@ -53,7 +53,8 @@ def server_url(client, user):
 
 def xsrf_headers(client, base):
     # as JupyterLab: the server's _xsrf cookie, sent back as a header
-    token = client.session.cookies.get("_xsrf", path=base)
+    # (base may be the server's whole URL, on its own host: the cookie's path is its path)
+    token = client.session.cookies.get("_xsrf", path=urlparse(base).path or base)
     assert token, f"no _xsrf cookie for {base}: {client.session.cookies}"
     return {"X-XSRFToken": token}
 
@@ -182,7 +183,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     tb = r.json()
     assert tb["logdir"] == "logs"
     assert re.fullmatch(r"[0-9a-f]{12}", tb["id"])
-    assert tb["url"] == f"{base}portal/tensorboard/{tb['id']}/"
+    assert tb["url"] == f"{urlparse(base).path}portal/tensorboard/{tb['id']}/"
     r = alice.session.post(api, json={"logdir": f"{HOME}/logs/"}, headers=headers, timeout=30)
     assert r.status_code == 200 and r.json()["id"] == tb["id"]
     listed = alice.session.get(api, timeout=30).json()
@@ -210,7 +211,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     assert scalars.status_code == 200 and len(scalars.json()) == 3, scalars.text
     # TensorBoard's own POST queries pass (same origin, no XSRF token of Jupyter's) ...
     form = [("tag", (None, "train/loss")), ("runs", (None, run))]
-    origin = {"Origin": alice.base}
+    origin = {"Origin": f"{urlparse(url).scheme}://{urlparse(url).netloc}"}  # the session's
     multirun = alice.session.post(
         url + "data/plugin/scalars/scalars_multirun", files=form, headers=origin, timeout=60
     )
@@ -261,7 +262,8 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     server = re.match(r"(https?)://([\d.]+):(\d+)/", env["JUPYTERHUB_SERVICE_URL"])
     scheme = "https" if env.get("JUPYTERHUB_SSL_CERTFILE") else "http"
     assert server[1] == scheme
-    assert env.get("PORTAL_TENSORBOARD_API") == f"{scheme}://{server[2]}:{env_port(env)}{base}" + (
+    path = urlparse(base).path  # base: the server's URL on its own host
+    assert env.get("PORTAL_TENSORBOARD_API") == f"{scheme}://{server[2]}:{env_port(env)}{path}" + (
         "portal/api/tensorboards"
     )
     shown = run_readme_snippet(pid, env, 'print(tensorboard("logs").data)\ntensorboard("/etc")')

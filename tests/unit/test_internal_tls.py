@@ -75,10 +75,13 @@ def test_alt_names_say_what_each_host_is():
 
 
 def test_the_hubs_certificate_covers_where_sessions_reach_it():
-    embedded = site(cluster={"embedded": True, "nodes": 2})
+    embedded = site(cluster={"embedded": True, "nodes": 2}, hub={"domain": ""})
     assert hub_alt_names(embedded) == ["IP:10.200.0.1"]
-    real = site(hub={"api_ip": "10.1.0.5", "connect_ip": "login01.cluster"})
+    real = site(hub={"api_ip": "10.1.0.5", "connect_ip": "login01.cluster", "domain": ""})
     assert hub_alt_names(real) == ["IP:10.1.0.5", "DNS:login01.cluster"]
+    # under host routing the proxy sends the hub every host no session holds
+    routed = site(cluster={"embedded": True, "nodes": 2}, hub={"domain": "portal.localhost"})
+    assert hub_alt_names(routed) == ["IP:10.200.0.1", "DNS:*.portal.localhost"]
 
 
 def test_internal_tls_turns_on_jupyterhubs_internal_ssl_and_https_inside():
@@ -184,6 +187,11 @@ async def test_a_sessions_certificate_names_its_partitions_nodes_and_nothing_els
     cert, names = names_of(Path(paths["certfile"]).read_text())
     # the node (sinfo lists n1) by name and address; no loopback, none of the hub's names
     assert names == {"DNS:n1", "IP:10.200.0.2"}
+    # under host routing, its user's own host too: the proxy checks it, so no
+    # other user's session certificate answers for this user
+    s.user.domain = "unit-tls.portal.localhost"
+    _, names = names_of(Path((await s.create_certs())["certfile"]).read_text())
+    assert names == {"DNS:n1", "IP:10.200.0.2", "DNS:unit-tls.portal.localhost"}
     lifetime = cert.not_valid_after_utc - datetime.now(UTC)
     assert timedelta(hours=CERT_HOURS - 1) < lifetime <= timedelta(hours=CERT_HOURS)
     # signed by notebooks-ca, as JupyterHub's; the hub and the proxy trust it
