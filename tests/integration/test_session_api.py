@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import requests
 
 from portal.session.jobend import FRESH_AGE
+from tests.support.hubsettings import DOMAIN
 from tests.support.jobs import scontrol_job, user_jobs
 
 USER = "alice"
@@ -38,7 +39,8 @@ def test_time_left_comes_from_slurm(session, login):
     model = r.json()
     assert model["job_id"] == job_id
     assert model["warn_minutes"] == 15  # deploy/portal.toml [slurm] warn_minutes
-    assert model["extend_url"] == "/hub/home"
+    # on the hub's host, which is not the session's when sessions have origins of their own
+    assert model["extend_url"] == (alice.base if DOMAIN else "") + "/hub/home"
     assert "reason" not in model, model
     end = datetime.fromisoformat(model["end"])
     assert end.tzinfo is not None, model["end"]
