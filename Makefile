@@ -55,6 +55,6 @@ smoke:         ## after an upgrade: each notebook template, briefly, as a Slurm 
 
 # Not `npm ci`: the lock lists only the rspack binaries our npm registry has
 # (Linux), and ci refuses a lock without every platform's; install keeps it.
-labextension:  ## rebuild the TensorBoard JupyterLab extension (portal/tensorboard/labextension/, committed) from labextension/
+labextension:  ## rebuild the TensorBoard JupyterLab extension (portal/session/labextension/, committed) from labextension/
 	@cd labextension && npm install --no-audit --no-fund && npm run clean && \
 	    PATH=$(JUPYTER_ENV)/bin:$$PATH npm run build

@@ -7,7 +7,8 @@ jupyterhub_config.d/*.py beside this file, loaded last in name order.
 
 from pathlib import Path
 
-from portal import hub_config, settings
+from portal import settings
+from spawners import hub_config
 
 site = settings.load()
 c = get_config()  # noqa: F821 (provided by JupyterHub)

@@ -29,7 +29,6 @@ from pathlib import Path
 import requests
 
 from portal import settings as site_settings
-from portal.hub_config import hub_api_ip
 from tests.support.hubsettings import (
     CA_CERT,
     PYTORCH_PROFILE,
@@ -91,7 +90,7 @@ class Hub:
         self.url = f"https://127.0.0.1:{port}"
         self.localhost_url = f"https://localhost:{port}"
         scheme = "https" if self.internal_tls else "http"
-        self.api_url = f"{scheme}://{hub_api_ip(site_settings.load())}:{port + 81}"
+        self.api_url = f"{scheme}://{site_settings.hub_api_ip(site_settings.load())}:{port + 81}"
         self.proxy_token = ""
 
     def settings_text(self):

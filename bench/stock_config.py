@@ -1,12 +1,13 @@
 """JupyterHub configuration of the stock-batchspawner hub of the benchmark.
 
-The same hub, proxy and LDAP login as the portal (``portal.hub_config``), but
+The same hub, proxy and LDAP login as the portal (``spawners.hub_config``), but
 the spawner is batchspawner 1.3.0's own ``SlurmSpawner`` with its own batch
 script, status query and polling, configured for the same cluster and the same
 single-user environment, and the slice of one GPU of ``[slurm]`` (8 cores, 48 GB).
 """
 
-from portal import hub_config, settings
+from portal import settings
+from spawners import hub_config
 
 site = settings.load()
 slurm, envs = site["slurm"], site["envs"]

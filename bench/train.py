@@ -212,9 +212,11 @@ def stop_tensorboard(server_url, token, tb):
 
 
 def session_tensorboard(user):
-    """``(pid, argv)`` of the user's one TensorBoard (``portal.tensorboard.serve``)."""
+    """``(pid, argv)`` of the user's one TensorBoard (``portal.session.tensorboard.serve``)."""
     pids = subprocess.run(
-        ["pgrep", "-u", user, "-f", "portal.tensorboard.serve"], capture_output=True, text=True
+        ["pgrep", "-u", user, "-f", "portal.session.tensorboard.serve"],
+        capture_output=True,
+        text=True,
     ).stdout.split()
     if len(pids) != 1:
         raise RuntimeError(f"{user} runs {len(pids)} TensorBoards of the portal, not one")

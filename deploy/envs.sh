@@ -51,7 +51,7 @@ build_env "$PORTAL_ENVS_JUPYTER" "$DEPLOY_DIR/requirements-jupyter.txt"
 without_slow_iri_check "$PORTAL_ENVS_JUPYTER"
 
 # The portal package in the jupyter environment, for its server extensions
-# (portal.tensorboard, enabled by the etc/jupyter file it installs). A copy,
+# (portal.session, enabled by the etc/jupyter file it installs). A copy,
 # not editable: users cannot read this checkout. Re-installed when a file of
 # the package changes.
 stamp="$PORTAL_ENVS_JUPYTER/.portal-package"

@@ -12,7 +12,7 @@
 # of the caller's). The hub's elevated actions are the sudoers rules written
 # here: sbatch and scancel as members of the portal's groups, never root; and,
 # as root, the helper portal-extend (installed here, root's), which lengthens
-# a running session after checking it again (portal/extendhelper.py). The hub
+# a running session after checking it again (portal/helper/extend.py). The hub
 # holds no Slurm admin level (deploy/slurm.sh).
 # The proxy's token is made anew whenever the proxy starts (so at every
 # `make up`), in a file only the hub's account reads; the proxy alone gets
@@ -81,12 +81,12 @@ install_templates() {
     log "notebook templates installed in $dest"
 }
 
-# The root helper that lengthens a session: a copy of portal/extendhelper.py,
+# The root helper that lengthens a session: a copy of portal/helper/extend.py,
 # root's and 0755, in a folder of root's. What sudo runs as root must be
 # writable by root alone, however writable the repository is; the helper
 # runs under `/usr/bin/python3 -I` and imports the standard library only.
 install_extend_helper() {
-    local source=$REPO_DIR/portal/extendhelper.py
+    local source=$REPO_DIR/portal/helper/extend.py
     install -d -m 0755 -o root -g root "$(dirname "$EXTEND_HELPER")"
     if [ -f "$EXTEND_HELPER" ] && [ ! -L "$EXTEND_HELPER" ] && cmp -s "$source" "$EXTEND_HELPER" &&
         [ "$(stat -c %u:%a "$EXTEND_HELPER")" = 0:755 ]; then

@@ -16,7 +16,7 @@ session's server reads:
 - jupyter_server_config.py, which makes the kernel of the session's
   environment ($PORTAL_ENVIRONMENT) the default one;
 
-``portal_tensorboard_magic`` (portal/tensorboard/magic.py) into the
+``portal_tensorboard_magic`` (portal/session/tensorboard/magic.py) into the
 site-packages of every Python environment with a kernel, which its kernel
 loads: ``%tensorboard`` opens TensorBoard behind the session's login;
 
@@ -122,7 +122,7 @@ def python_argv(env):
 
 
 def install_magic(env):
-    """Copy portal/tensorboard/magic.py and the kernel launcher
+    """Copy portal/session/tensorboard/magic.py and the kernel launcher
     (portal/session/kernel_launcher.py) into the site-packages of ``env``."""
     purelib = subprocess.run(
         [

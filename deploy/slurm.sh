@@ -744,7 +744,7 @@ ensure_qos() {
 }
 
 # The portal's Unix groups: the cn of each [ldap] allowed_groups DN, as
-# portal/auth.py's group_name reads it (nslcd names LDAP groups by their cn).
+# spawners/auth.py's group_name reads it (nslcd names LDAP groups by their cn).
 portal_groups() {
     /usr/bin/python3 - "$REPO_DIR" <<'EOF'
 import sys

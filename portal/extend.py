@@ -4,7 +4,7 @@ and the admin service's ``POST api/sessions/NAME/extend``.
 
 The caller says whose session (the hub's view: its job id and profile name);
 here the request is checked, the job is read from Slurm, and the new limit is
-set through the root helper ``portal-extend`` (``portal.extendhelper``, run
+set through the root helper ``portal-extend`` (``portal.helper.extend``, run
 with sudo: the hub's account holds no Slurm admin level), which checks the
 job again, and audited in the profile store. A refused request changes
 nothing. The limit set is absolute (the old one plus the hours, checked
@@ -23,8 +23,8 @@ import re
 import time
 from typing import NamedTuple
 
-from portal import extendhelper
 from portal.core.timelimit import ExtendError, describe_minutes, extended_limit, hours_left
+from portal.helper import extend as extendhelper
 from portal.slurm import commands as slurm
 from portal.slurm.model import format_duration
 from portal.store import NotFound
@@ -193,7 +193,7 @@ class ExtensionCheck:
 
 def may_extend(actor, user, is_admin):
     """Whether ``actor`` may extend ``user``'s session: its owner, or a portal
-    admin (``is_admin``: ``portal.service.is_portal_admin`` of their scopes)."""
+    admin (``is_admin``: ``portal.roles.is_portal_admin`` of their scopes)."""
     return actor == user or bool(is_admin)
 
 

@@ -27,6 +27,24 @@ class SettingsError(ValueError):
     """A site settings file that cannot be used; the message names the fix."""
 
 
+def hub_api_ip(settings):
+    """Where the hub's API listens: [hub] api_ip, or, when unset, the embedded
+    cluster's login address (where its compute nodes reach this host) if it
+    has compute nodes, else loopback."""
+    if settings["hub"]["api_ip"]:
+        return settings["hub"]["api_ip"]
+    cluster = settings["cluster"]
+    if cluster["embedded"] and cluster["nodes"] > 0:
+        return f"{cluster['network']}.1"
+    return "127.0.0.1"
+
+
+def cluster_snapshot(settings):
+    """The file of the hub's shared Slurm poll, which the service reads."""
+    path = settings["portal"]["cluster_snapshot"]
+    return path or str(Path(settings["hub"]["state_dir"]) / "cluster.json")
+
+
 def _read(path):
     try:
         with open(path, "rb") as f:

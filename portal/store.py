@@ -409,3 +409,8 @@ def _sqlite_pragmas(dbapi_connection, _record):
     cursor.execute("PRAGMA journal_mode=WAL")  # the hub reads while the service writes
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def store_url(settings):
+    """The store's database: [portal] db_url, or SQLite in the hub's state folder."""
+    return settings["portal"]["db_url"] or default_url(settings["hub"]["state_dir"])

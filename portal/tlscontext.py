@@ -40,3 +40,8 @@ def from_environ(environ=os.environ, server=False):
         environ.get("JUPYTERHUB_SSL_CLIENT_CA"),
         server=server,
     )
+
+
+HSTS = "max-age=31536000"
+"""The Strict-Transport-Security header of every page on HTTPS: the hub's and
+the service's."""

@@ -12,7 +12,7 @@ sends the browser on from there. Requests on other hosts (the nodes' API
 address, loopback) are left as they are.
 
 ``install(domain)`` wraps ``jupyterhub.handlers.base.BaseHandler.prepare``
-(JupyterHub 6.1.1); the hub's configuration calls it (``portal.hub_config``).
+(JupyterHub 6.1.1); the hub's configuration calls it (``spawners.hub_config``).
 tests/integration/test_origins.py fails when the hub serves a page on a
 session's host.
 """

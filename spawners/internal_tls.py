@@ -6,7 +6,7 @@ portal's own requests to sessions, and two fixes to JupyterHub 6.1.1's.
   the session card's GPU figures): the hub's internal certificate, the
   session's checked against the internal CAs, as JupyterHub's own requests.
 - ``install()``, called by the hub's configuration
-  (``portal.hub_config.configure_internal_ssl``; importing this module
+  (``spawners.hub_config.configure_internal_ssl``; importing this module
   changes nothing):
 
   * the hub's contexts trust the internal CAs alone. JupyterHub's

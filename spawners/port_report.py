@@ -7,7 +7,7 @@ user could set, say, the command the hub runs next. This one accepts
 spawn, for the spawner that owns the token, while that spawner is starting (a
 repeat of the same port is answered 200 and changes nothing).
 ``install()`` replaces batchspawner's entry in the hub's API handlers; the
-hub's configuration calls it (``portal.hub_config.configure_spawner``), so
+hub's configuration calls it (``spawners.hub_config.configure_spawner``), so
 importing this module changes nothing.
 """
 

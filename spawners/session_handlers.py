@@ -9,7 +9,7 @@ happened (a signed cookie: nothing a link from elsewhere could set).
 
 ``install(store)`` puts the route in JupyterHub's handler list and the home
 page's handler in place of JupyterHub's; the hub's configuration calls it
-(``portal.hub_config.configure_spawner``), so importing this module changes
+(``spawners.hub_config.configure_spawner``), so importing this module changes
 nothing.
 """
 
@@ -26,7 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import SessionExtender, may_extend, no_session
-from portal.service import is_portal_admin
+from portal.roles import is_portal_admin
 
 from .internal_tls import hub_client_context
 

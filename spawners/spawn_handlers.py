@@ -10,12 +10,12 @@ page, which shows the server stopped. The stop itself (scancel of the job)
 is the spawner's ``stop``, run by the DELETE as usual.
 
 A stop asked by the idle culler (the hub service ``idle-culler``, see
-``portal.hub_config.configure_culling``) marks the spawner first
+``spawners.hub_config.configure_culling``) marks the spawner first
 (``stop_reason = "idle"``), so the home page says the session was stopped
 after so long idle.
 
 ``install()`` replaces JupyterHub's handler classes in its route lists; the
-hub's configuration calls it (``portal.hub_config.configure_spawner``), so
+hub's configuration calls it (``spawners.hub_config.configure_spawner``), so
 importing this module changes nothing.
 """
 

@@ -131,7 +131,7 @@ class PortalSpawner(SlurmSpawner):
         ``portal.core.profiles.Profile`` or dicts). Called at every form render and
         every spawn, so an edited profile applies at the next spawn without a
         restart. Default: one profile built from this spawner's own settings.
-        Example: ``portal.hub_config.settings_profiles``.""",
+        Example: ``spawners.hub_config.settings_profiles``.""",
     ).tag(config=True)
 
     default_profile = Dict(

@@ -7,7 +7,7 @@ value) and the LDAP groups that may use it. The spawner reads profiles
 through a *source* (a callable that returns the current list) at every form
 render and every spawn, so an edit applies at the next spawn without a
 restart. The hub's source is the admin
-service's store (``portal.hub_config.StoreProfiles``).
+service's store (``spawners.hub_config.StoreProfiles``).
 """
 
 import grp

@@ -1,7 +1,7 @@
 """The portal's admin service, ``/services/portal/``: spawner profiles and the cluster.
 
 A JupyterHub-managed service (started by the hub as
-``[sys.executable, "-m", "portal.service"]``, see ``portal.hub_config``) with
+``[sys.executable, "-m", "portal.service"]``, see ``spawners.hub_config``) with
 its own store (``portal.store``). Everyone logged in to the hub may read the
 profiles offered to them and the cluster page; portal admins, the holders of
 the ``custom:portal:admin`` scope (the ``portal-admin`` role, granted to the
@@ -10,13 +10,3 @@ the ``custom:portal:admin`` scope (the ``portal-admin`` role, granted to the
 extends its time limit with ``POST /services/portal/api/sessions/NAME/extend``
 (``portal.extend``).
 """
-
-ADMIN_SCOPE = "custom:portal:admin"
-
-
-def is_portal_admin(scopes):
-    """Whether ``scopes`` (a hub handler's ``expanded_scopes``, or the
-    ``scopes`` of the service's user model) make their holder a portal admin:
-    they hold ADMIN_SCOPE. Being a JupyterHub admin (``user.admin``) is not
-    enough: JupyterHub's admin role does not hold it."""
-    return ADMIN_SCOPE in scopes

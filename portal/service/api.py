@@ -10,12 +10,12 @@ import json
 
 from tornado import web
 
-from portal.cluster import resource_lines
 from portal.core.numbers import whole_number
 from portal.core.profiles import ProfileError
 from portal.core.slice import FieldError
 from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import may_extend
+from portal.service.cluster import resource_lines
 from portal.store import Conflict, NotFound
 
 from .handlers import BaseHandler

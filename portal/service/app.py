@@ -17,12 +17,12 @@ from jupyterhub.utils import url_path_join
 from tornado import httpclient, ioloop, web
 from tornado.httpserver import HTTPServer
 
-from portal import hub_config, tlscontext
 from portal import settings as site_settings
-from portal.cluster import ClusterSource
+from portal import tlscontext
 from portal.core.profiles import NAME_RE
 from portal.extend import ExtensionCheck, SessionExtender
-from portal.store import ProfileStore
+from portal.service.cluster import ClusterSource
+from portal.store import ProfileStore, store_url
 
 from . import api, pages
 from .operations import ProfileOperations, SessionOperations
@@ -38,10 +38,10 @@ def create_application(settings=None, store=None):
     hub_prefix = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/")
     hub_auth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
     if store is None:
-        store = ProfileStore(hub_config.store_url(settings))
+        store = ProfileStore(store_url(settings))
         store.upgrade()  # the hub has done it already, unless the service runs alone
     cluster = ClusterSource(
-        hub_config.cluster_snapshot(settings),
+        site_settings.cluster_snapshot(settings),
         max_age=max(3 * settings["slurm"]["cluster_interval"], 60),
         timeout=settings["slurm"]["command_timeout"],
     )

@@ -7,10 +7,9 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from portal.core.profiles import unix_groups
-from portal.hub_config import HSTS
+from portal.roles import is_portal_admin
 from portal.store import NotFound
-
-from . import is_portal_admin
+from portal.tlscontext import HSTS
 
 
 class BaseHandler(HubOAuthenticated, web.RequestHandler):

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from tornado.httpclient import HTTPClientError
 
-from portal.cluster import check_profile
 from portal.core.idle import check_profile_idle
 from portal.core.numbers import whole_number
 from portal.core.profiles import MAX_REVISION, ProfileError, profile_from_dict
 from portal.core.slice import FieldError
 from portal.extend import USER_RE, no_session
+from portal.service.cluster import check_profile
 from portal.store import fields_of
 
 INT_FIELDS = (

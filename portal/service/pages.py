@@ -7,10 +7,10 @@ from urllib.parse import urlencode
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from portal.cluster import resource_lines
 from portal.core.numbers import whole_number
 from portal.core.profiles import profile_from_dict
 from portal.core.slice import FieldError
+from portal.service.cluster import resource_lines
 from portal.store import Conflict, NotFound, fields_of
 
 from .handlers import BaseHandler

@@ -11,7 +11,7 @@ command that fails or times out raises SlurmError with Slurm's own message.
 import asyncio
 import os
 
-from portal import extendhelper
+from portal.helper import extend as extendhelper
 
 from .parse import (
     SlurmError,
@@ -98,7 +98,7 @@ def as_user(username, argv):
 
 
 def as_root_helper(*args):
-    """The root helper ``portal-extend ARGS`` (portal/extendhelper.py, installed
+    """The root helper ``portal-extend ARGS`` (portal/helper/extend.py, installed
     root's by deploy/hub.sh) through its sudoers rule, which lets the hub's
     account run it as root with three whole numbers; as ``as_user``, no
     ``-E``, and ``run`` gives sudo ``MINIMAL_ENV`` alone."""

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from portal.service import ADMIN_SCOPE
+from portal.roles import ADMIN_SCOPE
 from tests.support.internaltls import proxy_routes
 from tests.support.jobs import scontrol_job, user_jobs, wait_no_jobs
 

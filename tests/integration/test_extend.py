@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from portal import extendhelper, settings
+from portal.helper import extend as extendhelper
+from portal.helper import settings
 from tests.support import REPO
 from tests.support.hubclient import SERVICE
 from tests.support.jobs import scontrol_job, squeue, user_jobs

@@ -13,9 +13,9 @@ import pytest
 from traitlets.config import Config
 
 from portal import settings
-from portal.auth import PortalLDAPAuthenticator
-from portal.hub_config import configure_auth
-from portal.service import ADMIN_SCOPE
+from portal.roles import ADMIN_SCOPE
+from spawners.auth import PortalLDAPAuthenticator
+from spawners.hub_config import configure_auth
 from tests.support.hubclient import HubClient
 from tests.support.jobs import squeue
 from tests.support.loadusers import admin_connection, ensure_users, remove_users

@@ -16,8 +16,8 @@ from tornado import web
 from traitlets.config import Config
 
 from portal import settings
-from portal.auth import PortalLDAPAuthenticator
-from portal.hub_config import configure_auth
+from spawners.auth import PortalLDAPAuthenticator
+from spawners.hub_config import configure_auth
 from tests.support.loadusers import admin_connection
 from tests.support.testhub import deploy
 

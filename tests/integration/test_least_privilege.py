@@ -16,8 +16,8 @@ import certifi
 import pytest
 import requests
 
-from portal import extendhelper
 from portal import settings as site_settings
+from portal.helper import extend as extendhelper
 from tests.support.hubsettings import CA_CERT
 from tests.support.internaltls import CERTS, INTERNAL_TLS, proxy_api
 from tests.support.jobs import squeue, wait_no_jobs

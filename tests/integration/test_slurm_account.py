@@ -7,8 +7,8 @@ import logging
 import subprocess
 import uuid
 
-from portal import hub_config
 from portal import settings as site_settings
+from spawners import hub_config
 
 SETTINGS = site_settings.load()
 

@@ -61,7 +61,7 @@ def xsrf_headers(client, base):
 
 def tensorboard_processes(user):
     out = subprocess.run(
-        ["pgrep", "-u", user, "-f", "-a", "portal.tensorboard.serve"],
+        ["pgrep", "-u", user, "-f", "-a", "portal.session.tensorboard.serve"],
         capture_output=True,
         text=True,
     ).stdout

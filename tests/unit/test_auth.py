@@ -9,8 +9,8 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from portal import settings
-from portal.auth import PortalLDAPAuthenticator, group_name
-from portal.hub_config import configure_auth
+from spawners.auth import PortalLDAPAuthenticator, group_name
+from spawners.hub_config import configure_auth
 
 
 def test_group_name():
@@ -213,7 +213,7 @@ def throttled(monkeypatch):
         sleeps.append(seconds)
         clock.now += seconds
 
-    monkeypatch.setattr("portal.auth.asyncio.sleep", sleep)
+    monkeypatch.setattr("spawners.auth.asyncio.sleep", sleep)
     return auth, directory, clock, sleeps
 
 

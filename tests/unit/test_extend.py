@@ -25,13 +25,13 @@ from traitlets.config import Config
 
 import portal.core.timelimit
 import portal.extend
-from portal import hub_config
 from portal.core.timelimit import ExtendError, extended_limit, hours_left, parse_hours
 from portal.extend import RECHECK_SECONDS, ExtensionCheck, SessionExtender, may_extend
 from portal.slurm import commands
 from portal.slurm.model import Job, format_duration
 from portal.slurm.parse import SlurmError, max_time_minutes
 from portal.store import ProfileStore, default_url
+from spawners import hub_config
 from spawners.poller import Snapshot
 from spawners.spawner import PortalSpawner
 

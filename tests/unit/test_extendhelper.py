@@ -1,4 +1,4 @@
-"""The root helper ``portal-extend`` (portal/extendhelper.py) decides without
+"""The root helper ``portal-extend`` (portal/helper/extend.py) decides without
 Slurm: its reads of Slurm, NSS and the hubs' registrations are replaced, in
 this unit test only, by a stand-in cluster that records any change. Every
 refusal changes nothing and says why in one line; the installed copy runs
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import portal.extendhelper
-from portal import hub_config, settings
-from portal.extendhelper import (
+import portal.helper.extend
+from portal import settings
+from portal.helper.extend import (
     MAX_MINUTES,
     SUDOERS_ARGS,
     Hub,
@@ -31,6 +31,7 @@ from portal.extendhelper import (
 )
 from portal.slurm.model import format_duration as hub_format_duration
 from portal.slurm.parse import max_time_minutes
+from spawners import hub_config
 
 SESSION = "portal-jupyter"
 # alice's session: 2 h of a profile that allows 24 h, partition gpu (7 days), QOS portal (1 day)
@@ -94,7 +95,7 @@ def refused(argv, cluster, capsys, status=1):
 
 
 def test_the_examples_hold():
-    assert doctest.testmod(portal.extendhelper).failed == 0
+    assert doctest.testmod(portal.helper.extend).failed == 0
 
 
 def test_the_owner_session_is_lengthened_within_every_cap(capsys):
@@ -337,7 +338,7 @@ def test_the_installed_copy_needs_nothing_but_the_standard_library(tmp_path):
     sudo (its own ``#!/usr/bin/python3 -I``), it starts, and refuses a
     request it cannot take; it imports nothing of the portal."""
     copy = tmp_path / "portal-extend"
-    shutil.copy(portal.extendhelper.__file__, copy)
+    shutil.copy(portal.helper.extend.__file__, copy)
     first = copy.read_text().splitlines()[0]
     assert first == "#!/usr/bin/python3 -I"
     run = subprocess.run(

@@ -17,7 +17,7 @@ from portal.core.idle import (
     session_idle_seconds,
 )
 from portal.core.profiles import Profile, ProfileError, profile_from_dict
-from portal.hub_config import configure_culling
+from spawners.hub_config import configure_culling
 from spawners.spawner import PortalSpawner
 
 CULLING = settings.defaults()["culling"]

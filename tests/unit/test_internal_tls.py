@@ -21,13 +21,13 @@ from traitlets.config import Config
 
 from portal import settings, tlscontext
 from portal.core.tlsnames import alt_name, alt_names, node_alt_names
-from portal.hub_config import (
+from spawners import internal_tls
+from spawners.hub_config import (
     configure_internal_ssl,
     configure_proxy,
     configure_service,
     hub_alt_names,
 )
-from spawners import internal_tls
 from spawners.spawner import CERT_HOURS, read_session_tls
 from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (fixture)
 

@@ -1,12 +1,12 @@
-"""The login throttle (portal.throttle) against a fake clock: delays that
+"""The login throttle (spawners.throttle) against a fake clock: delays that
 grow, a lockout that ends, one name's failures never touching another's."""
 
 import doctest
 
 import pytest
 
-import portal.throttle
-from portal.throttle import LoginThrottle, describe_wait
+import spawners.throttle
+from spawners.throttle import LoginThrottle, describe_wait
 
 
 class Clock:
@@ -180,4 +180,4 @@ def test_describe_wait(seconds, shown):
 
 
 def test_doctests():
-    assert doctest.testmod(portal.throttle).failed == 0
+    assert doctest.testmod(spawners.throttle).failed == 0

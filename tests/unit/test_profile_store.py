@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from portal.cluster import check_profile, resource_lines
 from portal.core.numbers import whole_number
 from portal.core.profiles import ProfileError, profile_from_dict
+from portal.service.cluster import check_profile, resource_lines
 from portal.service.operations import form_to_dict
 from portal.slurm.model import Node, Partition, snapshot_from_json, snapshot_to_json
 from portal.slurm.parse import max_time_minutes, parse_sinfo

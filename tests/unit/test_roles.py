@@ -37,9 +37,9 @@ from tornado.web import Application
 from traitlets.config import Config
 
 from portal import settings
-from portal.hub_config import configure_admins, configure_auth, configure_service
-from portal.service import ADMIN_SCOPE, is_portal_admin
+from portal.roles import ADMIN_SCOPE, is_portal_admin
 from portal.service.handlers import BaseHandler
+from spawners.hub_config import configure_admins, configure_auth, configure_service
 from spawners.session_handlers import may_act_on
 
 

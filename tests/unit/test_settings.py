@@ -1,7 +1,8 @@
 import pytest
 
 from portal import settings
-from portal.hub_config import hub_api_ip, public_url
+from portal.settings import hub_api_ip
+from spawners.hub_config import public_url
 
 
 def test_defaults_load():
@@ -27,7 +28,7 @@ def test_sessions_get_origins_of_their_own_under_the_domain(tmp_path, monkeypatc
     NAME.DOMAIN, the admin service beside the hub, __Host- cookies."""
     from traitlets.config import Config
 
-    from portal.hub_config import configure_hub, subdomain
+    from spawners.hub_config import configure_hub, subdomain
 
     site = tmp_path / "portal.toml"
     site.write_text('[hub]\nbind_url = "https://0.0.0.0:8443"\ndomain = "portal.example.org"\n')
@@ -47,7 +48,7 @@ def test_sessions_get_origins_of_their_own_under_the_domain(tmp_path, monkeypatc
 def test_no_domain_keeps_sessions_on_the_hubs_origin(tmp_path, monkeypatch):
     from traitlets.config import Config
 
-    from portal.hub_config import configure_hub
+    from spawners.hub_config import configure_hub
 
     site = tmp_path / "portal.toml"
     site.write_text('[hub]\ndomain = ""\n')

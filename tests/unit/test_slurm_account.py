@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from portal import hub_config
 from portal.slurm import commands
+from spawners import hub_config
 
 SETTINGS = {"hub": {"user": "portal"}, "slurm": {"command_timeout": 5}}
 

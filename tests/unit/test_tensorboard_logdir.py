@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from portal.tensorboard.logdir import (
+from portal.session.tensorboard.logdir import (
     ID_LENGTH,
     LogdirError,
     relative_logdir,

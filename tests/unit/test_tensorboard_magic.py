@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.tensorboard.magic import MagicError, parse_logdir, render
+from portal.session.tensorboard.magic import MagicError, parse_logdir, render
 
 
 @pytest.mark.parametrize(

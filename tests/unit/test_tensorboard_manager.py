@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from traitlets.config import Config
 
-from portal.tensorboard.manager import TensorBoardManager, TensorBoardStartError
+from portal.session.tensorboard.manager import TensorBoardManager, TensorBoardStartError
 
 # Listens on the socket named by argv[1] after argv[2] seconds; argv[3]: exit code instead.
 FAKE = """

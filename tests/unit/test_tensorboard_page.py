@@ -1,6 +1,6 @@
 """TensorBoard's page under a path prefix: its font URLs are made relative."""
 
-from portal.tensorboard.page import relative_font_urls
+from portal.session.tensorboard.page import relative_font_urls
 
 PREFIX = "/user/alice/portal/tensorboard/0123456789ab"
 # The start of TensorBoard's index.html, as it serves it (not compressed).

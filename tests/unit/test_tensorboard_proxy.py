@@ -2,7 +2,7 @@
 
 from tornado.httputil import HTTPHeaders
 
-from portal.tensorboard.proxy import (
+from portal.session.tensorboard.proxy import (
     end_to_end,
     merge_csp,
     request_headers,

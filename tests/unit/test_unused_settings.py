@@ -2,7 +2,7 @@ import pytest
 from batchspawner import SlurmSpawner
 from traitlets.config import Config
 
-from portal.hub_config import check_spawner_settings
+from spawners.hub_config import check_spawner_settings
 from spawners.spawner import PortalSpawner
 from spawners.unused_settings import unused_settings
 

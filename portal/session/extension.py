@@ -10,10 +10,14 @@ from portal.session.gpus import GPUsAPIHandler
 from portal.session.nvml import NVMLReader
 from portal.session.timeleft import SessionAPIHandler, session_settings
 
-from .handlers import TensorBoardAPIHandler, TensorBoardProxyHandler, TensorBoardsAPIHandler
 from .joblog import JOB_ID_PATTERN, JobLogHandler
-from .logdir import ID_PATTERN
-from .manager import TensorBoardManager
+from .tensorboard.handlers import (
+    TensorBoardAPIHandler,
+    TensorBoardProxyHandler,
+    TensorBoardsAPIHandler,
+)
+from .tensorboard.logdir import ID_PATTERN
+from .tensorboard.manager import TensorBoardManager
 
 API_ENV = "PORTAL_TENSORBOARD_API"
 
@@ -35,9 +39,9 @@ def api_url(serverapp):
     )
 
 
-class TensorBoardExtension(ExtensionApp):
-    name = "portal_tensorboard"
-    description = "TensorBoard per user, on a private Unix socket, behind the server's login"
+class SessionExtension(ExtensionApp):
+    name = "portal_session"
+    description = "The session's own APIs: TensorBoard per user, the job log, time left, GPUs"
     load_other_extensions = True
     classes = [TensorBoardManager]
 

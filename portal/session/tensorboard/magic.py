@@ -3,7 +3,7 @@
 TensorBoard's own magic starts TensorBoard on a local TCP port, which every
 user of the node can reach. This IPython extension replaces it (also after
 ``%load_ext tensorboard``) with one that asks the session's Jupyter server for
-the TensorBoard of the folder (the API of ``portal.tensorboard``, on a private
+the TensorBoard of the folder (the API of ``portal.session.tensorboard``, on a private
 Unix socket) and shows it inline, with a link that opens it in a new tab::
 
     %tensorboard --logdir logs

@@ -13,15 +13,16 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from portal import settings as site_settings
+from portal.tlscontext import HSTS
 
 
 def configure_hub(c, settings):
     hub = settings["hub"]
     state = Path(hub["state_dir"])
     c.JupyterHub.bind_url = hub["bind_url"]
-    c.JupyterHub.hub_ip = hub_api_ip(settings)
+    c.JupyterHub.hub_ip = site_settings.hub_api_ip(settings)
     c.JupyterHub.hub_port = hub["api_port"]
-    c.JupyterHub.hub_connect_ip = hub["connect_ip"] or hub_api_ip(settings)
+    c.JupyterHub.hub_connect_ip = hub["connect_ip"] or site_settings.hub_api_ip(settings)
     c.JupyterHub.db_url = hub["db_url"]
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     # Sessions are Slurm jobs that outlive the hub: a hub restart or upgrade
@@ -74,21 +75,6 @@ def origin(settings):
     return f"{url.scheme}://{settings['hub']['domain']}:{url.port or 443}"
 
 
-HSTS = "max-age=31536000"
-
-
-def hub_api_ip(settings):
-    """Where the hub's API listens: [hub] api_ip, or, when unset, the embedded
-    cluster's login address (where its compute nodes reach this host) if it
-    has compute nodes, else loopback."""
-    if settings["hub"]["api_ip"]:
-        return settings["hub"]["api_ip"]
-    cluster = settings["cluster"]
-    if cluster["embedded"] and cluster["nodes"] > 0:
-        return f"{cluster['network']}.1"
-    return "127.0.0.1"
-
-
 def is_https(settings):
     return urlparse(settings["hub"]["bind_url"]).scheme == "https"
 
@@ -119,7 +105,7 @@ def hub_alt_names(settings):
     link); only the hub holds this key."""
     from portal.core.tlsnames import alt_names
 
-    names = alt_names([hub_api_ip(settings), settings["hub"]["connect_ip"]])
+    names = alt_names([site_settings.hub_api_ip(settings), settings["hub"]["connect_ip"]])
     domain = settings["hub"]["domain"]
     return names + [f"DNS:*.{domain}"] if domain else names
 
@@ -160,7 +146,7 @@ def configure_proxy(c, settings):
 
 def configure_auth(c, settings):
     ldap = settings["ldap"]
-    c.JupyterHub.authenticator_class = "portal.auth.PortalLDAPAuthenticator"
+    c.JupyterHub.authenticator_class = "spawners.auth.PortalLDAPAuthenticator"
     c.LDAPAuthenticator.server_address = ldap["server_address"]
     c.LDAPAuthenticator.server_port = ldap["server_port"]
     c.LDAPAuthenticator.tls_strategy = ldap["tls_strategy"]
@@ -177,7 +163,7 @@ def configure_auth(c, settings):
     # (PortalLDAPAuthenticator.refresh_user).
     c.Authenticator.auth_refresh_age = ldap["refresh_seconds"]
     c.Authenticator.refresh_pre_spawn = True
-    # Password guessing is slowed, then refused, per user name (portal.throttle).
+    # Password guessing is slowed, then refused, per user name (spawners.throttle).
     c.PortalLDAPAuthenticator.login_failures_allowed = ldap["login_failures_allowed"]
     c.PortalLDAPAuthenticator.login_failure_window_seconds = ldap["login_failure_window_seconds"]
     c.PortalLDAPAuthenticator.login_lockout_seconds = ldap["login_lockout_seconds"]
@@ -201,17 +187,6 @@ def settings_profiles():
     return [{**profile_defaults(site), **p} for p in site["profiles"]]
 
 
-def store_url(settings):
-    from portal.store import default_url
-
-    return settings["portal"]["db_url"] or default_url(settings["hub"]["state_dir"])
-
-
-def cluster_snapshot(settings):
-    path = settings["portal"]["cluster_snapshot"]
-    return path or str(Path(settings["hub"]["state_dir"]) / "cluster.json")
-
-
 class StoreProfiles:
     """The spawner's profile source: every profile of the store, read at each
     call (each spawn page and spawn), so an admin's edit applies at the next
@@ -219,7 +194,7 @@ class StoreProfiles:
     on its first start, when the hub loads its configuration."""
 
     def __init__(self, settings):
-        from portal.store import ProfileStore
+        from portal.store import ProfileStore, store_url
 
         self.store = ProfileStore(store_url(settings))
         self.store.upgrade()
@@ -236,7 +211,7 @@ class StoreProfiles:
 def configure_service(c, settings):
     """The admin service (portal.service) at /services/portal/, its scope
     ADMIN_SCOPE and its own role; who holds the scope is ``configure_admins``'."""
-    from portal.service import ADMIN_SCOPE
+    from portal.roles import ADMIN_SCOPE
 
     portal = settings["portal"]
     repo = Path(__file__).resolve().parent.parent
@@ -313,8 +288,8 @@ def configure_admins(c, settings):
     logs that it merges them. The role's members are exactly those: an
     account made admin before (portal admins were) is not one after the next
     start. Call after ``configure_service``."""
-    from portal.auth import group_name
-    from portal.service import ADMIN_SCOPE
+    from portal.roles import ADMIN_SCOPE
+    from spawners.auth import group_name
 
     c.JupyterHub.load_roles.extend(
         [
@@ -384,7 +359,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.profile_source = profiles
     # the session card's "Extend by N hours": /hub/portal/sessions/NAME/extend
     session_handlers.install(profiles.store)
-    c.PortalSpawner.cluster_snapshot = cluster_snapshot(settings)
+    c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
     c.PortalSpawner.poll_interval_active = slurm["poll_interval_active"]
@@ -508,17 +483,17 @@ def check_spawner_settings(c):
 
 def portal_groups(settings):
     """The Unix names of the LDAP groups that may log in ([ldap] allowed_groups)."""
-    from portal.auth import group_name
+    from spawners.auth import group_name
 
     return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
 
 
 def extend_registration(settings):
     """This hub's registration with the root helper ``portal-extend``
-    (``portal.extendhelper``), as deploy/hub.sh writes it: the job name of
+    (``portal.helper.extend``), as deploy/hub.sh writes it: the job name of
     its sessions, the groups and uid range of their users (JSON text).
     ValueError, naming the setting, when one is not plain enough for it."""
-    from portal.extendhelper import registration
+    from portal.helper.extend import registration
 
     hub = settings["hub"]
     return registration(

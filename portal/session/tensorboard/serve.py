@@ -1,4 +1,4 @@
-"""Run TensorBoard on a Unix socket: ``python -m portal.tensorboard.serve``.
+"""Run TensorBoard on a Unix socket: ``python -m portal.session.tensorboard.serve``.
 
 TensorBoard's own server listens on a TCP port, which every user of a shared
 node can reach (TensorBoard has no login). This launcher builds the same WSGI
@@ -6,7 +6,7 @@ application through ``tensorboard.program.TensorBoard`` and serves it with
 werkzeug on a Unix socket instead, in a folder only the user can enter; the
 Jupyter server proxies to it behind its own login.
 
-    python -m portal.tensorboard.serve --logdir DIR --socket PATH \\
+    python -m portal.session.tensorboard.serve --logdir DIR --socket PATH \\
         --path_prefix /user/NAME/portal/tensorboard/ID
 
 Its page's font URLs are made relative (``page.py``): TensorBoard gives them
@@ -79,7 +79,7 @@ def die_with_parent(parent_pid):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m portal.tensorboard.serve")
+    parser = argparse.ArgumentParser(prog="python -m portal.session.tensorboard.serve")
     parser.add_argument("--logdir", required=True, help="folder of the event files")
     parser.add_argument("--socket", required=True, help="path of the Unix socket to create")
     parser.add_argument(

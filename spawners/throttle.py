@@ -1,7 +1,7 @@
 """Failed logins counted per user name: slowed, then refused for a while.
 
 Pure (the standard library only, the clock injected), so it is tested without
-a hub; ``portal.auth`` asks it before each LDAP bind and tells it the result.
+a hub; ``spawners.auth`` asks it before each LDAP bind and tells it the result.
 The counts live in the memory of the hub's process: a hub restart forgets them.
 """
 

@@ -1,6 +1,6 @@
 """The TensorBoards of one Jupyter server: one process per log folder.
 
-What runs: ``python -P -m portal.tensorboard.serve`` from the server's own
+What runs: ``python -P -m portal.session.tensorboard.serve`` from the server's own
 environment (``sys.executable``), as the user. How it is reached: a Unix
 socket in a folder only the user can enter, never a TCP port. When it is
 ready: when the socket accepts a connection. When it stops: after
@@ -252,7 +252,7 @@ class TensorBoardManager(LoggingConfigurable):
         for TensorFlow, and it loads no run.
         """
         return [
-            sys.executable, "-P", "-m", "portal.tensorboard.serve",
+            sys.executable, "-P", "-m", "portal.session.tensorboard.serve",
             "--logdir", tb.path,
             "--socket", tb.socket_path,
             "--path_prefix", tb.url.rstrip("/"),

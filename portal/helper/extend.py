@@ -132,7 +132,7 @@ def parse_request(argv):
     >>> parse_request(["353", "1e3", "1440"])
     Traceback (most recent call last):
     ...
-    portal.extendhelper.Usage: MINUTES must be a whole number of minutes from 1 to 43200, not '1e3'
+    portal.helper.extend.Usage: MINUTES must be a whole number of minutes from 1 to 43200, not '1e3'
     """
     if len(argv) != 3:
         raise Usage(USAGE)

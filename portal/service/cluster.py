@@ -21,7 +21,7 @@ from portal.slurm import commands as slurm
 from portal.slurm.model import snapshot_from_json
 from portal.slurm.parse import max_time_minutes
 
-log = logging.getLogger("portal.cluster")
+log = logging.getLogger("portal.service.cluster")
 DIRECT = "Slurm (asked directly)"
 
 

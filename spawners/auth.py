@@ -9,10 +9,10 @@ removed from the ``allowed_groups`` must log in again, and is refused.
 
 It never makes anyone a JupyterHub admin: members of the ``admin_groups``
 are portal admins through the hub group of that name, which holds the
-``portal-admin`` role (``portal.hub_config.configure_admins``); JupyterHub's
+``portal-admin`` role (``spawners.hub_config.configure_admins``); JupyterHub's
 admin role is for the accounts a site names in ``Authenticator.admin_users``.
 
-Password guessing is slowed, then refused, per user name (``portal.throttle``):
+Password guessing is slowed, then refused, per user name (``spawners.throttle``):
 ``authenticate`` asks the throttle before ldapauthenticator binds, so a
 locked-out name gets HTTP 429 without LDAP being asked, even with the right
 password. The counts live in the hub's memory; a hub restart forgets them.
@@ -31,7 +31,7 @@ from tornado import web
 from traitlets import Float, Instance, Integer, List, default
 
 from portal.settings import defaults
-from portal.throttle import LoginThrottle, describe_wait
+from spawners.throttle import LoginThrottle, describe_wait
 
 LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
 
@@ -163,7 +163,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
 
     login_throttle = Instance(
         LoginThrottle,
-        help="""The failed logins counted so far (``portal.throttle.LoginThrottle``),
+        help="""The failed logins counted so far (``spawners.throttle.LoginThrottle``),
         built from the ``login_*`` settings. Kept in the hub's memory only.""",
     )
 
