@@ -61,8 +61,8 @@ clean_env() {
     done
     export PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 }
-URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings, hub_config; print(hub_config.public_url(settings.load()))')
-INTERNAL_CERTS=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(hub_config.internal_certs_location(settings.load()))')
+URL=$("$HUB_ENV/bin/python" -c 'import sys; from portal import settings; print(settings.public_url(settings.load()))')
+INTERNAL_CERTS=$("$HUB_ENV/bin/python" -c 'from portal import settings; print(settings.internal_certs_location(settings.load()))')
 
 # The notebook templates, where sessions copy them from (world-readable),
 # replaced whole so a session never sees half a copy.
@@ -104,7 +104,7 @@ install_extend_helper() {
 # its own job name and so its own file.
 register_hub() {
     local content file
-    content=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(hub_config.extend_registration(settings.load()))') ||
+    content=$("$HUB_ENV/bin/python" -c 'from portal import settings; print(settings.extend_registration(settings.load()))') ||
         die "cannot register this hub with $EXTEND_HELPER: fix the setting named above"
     file=$EXTEND_REGISTRY/$PORTAL_SLURM_JOB_NAME.json   # a plain name: checked just now
     install -d -m 0755 -o root -g root "$EXTEND_REGISTRY"
@@ -127,7 +127,7 @@ register_hub() {
 # arguments and the job itself again. Checked with visudo before installed.
 render_sudoers() {
     local groups group runas=""
-    groups=$("$HUB_ENV/bin/python" -c 'from portal import settings, hub_config; print(" ".join(hub_config.portal_groups(settings.load())))')
+    groups=$("$HUB_ENV/bin/python" -c 'from portal import settings; print(" ".join(settings.portal_groups(settings.load())))')
     for group in $groups; do runas+="%$group, "; done
     printf '%s\n' \
         "# Written by deploy/hub.sh of the Data Scientist Portal on every start, from" \

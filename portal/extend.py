@@ -1,5 +1,5 @@
 """Extending a running session's time limit: the one operation behind the
-session card's "Extend by N hours" (the hub, ``spawners.session_handlers``)
+session card's "Extend by N hours" (the hub, ``spawners.handlers``)
 and the admin service's ``POST api/sessions/NAME/extend``.
 
 The caller says whose session (the hub's view: its job id and profile name);

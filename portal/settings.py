@@ -9,15 +9,18 @@ with Debian's ``/usr/bin/python3`` before any environment exists::
 
     python3 portal/settings.py --shell   # PORTAL_<SECTION>_<KEY>=value lines
     python3 portal/settings.py --get envs.prefix   # one value
+    python3 portal/settings.py --derived public_url   # one of DERIVED
 """
 
 import functools
 import json
 import os
+import re
 import shlex
 import sys
 import tomllib
 from pathlib import Path
+from urllib.parse import urlparse
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "deploy" / "portal.toml"
 SITE_FILE = "/etc/portal/portal.toml"
@@ -25,24 +28,6 @@ SITE_FILE = "/etc/portal/portal.toml"
 
 class SettingsError(ValueError):
     """A site settings file that cannot be used; the message names the fix."""
-
-
-def hub_api_ip(settings):
-    """Where the hub's API listens: [hub] api_ip, or, when unset, the embedded
-    cluster's login address (where its compute nodes reach this host) if it
-    has compute nodes, else loopback."""
-    if settings["hub"]["api_ip"]:
-        return settings["hub"]["api_ip"]
-    cluster = settings["cluster"]
-    if cluster["embedded"] and cluster["nodes"] > 0:
-        return f"{cluster['network']}.1"
-    return "127.0.0.1"
-
-
-def cluster_snapshot(settings):
-    """The file of the hub's shared Slurm poll, which the service reads."""
-    path = settings["portal"]["cluster_snapshot"]
-    return path or str(Path(settings["hub"]["state_dir"]) / "cluster.json")
 
 
 def _read(path):
@@ -136,6 +121,100 @@ def shell_lines(settings):
     return lines
 
 
+# -- values derived from the settings, for the hub, the service and deploy/ --
+
+
+def hub_api_ip(settings):
+    """Where the hub's API listens: [hub] api_ip, or, when unset, the embedded
+    cluster's login address (where its compute nodes reach this host) if it
+    has compute nodes, else loopback."""
+    if settings["hub"]["api_ip"]:
+        return settings["hub"]["api_ip"]
+    cluster = settings["cluster"]
+    if cluster["embedded"] and cluster["nodes"] > 0:
+        return f"{cluster['network']}.1"
+    return "127.0.0.1"
+
+
+def cluster_snapshot(settings):
+    """The file of the hub's shared Slurm poll, which the service reads."""
+    path = settings["portal"]["cluster_snapshot"]
+    return path or str(Path(settings["hub"]["state_dir"]) / "cluster.json")
+
+
+def origin(settings):
+    """``scheme://DOMAIN:PORT`` of the hub, from [hub] domain and bind_url."""
+    url = urlparse(settings["hub"]["bind_url"])
+    return f"{url.scheme}://{settings['hub']['domain']}:{url.port or 443}"
+
+
+def public_url(settings):
+    """The URL a person opens: ``https://DOMAIN:PORT/`` ([hub] domain), else
+    the bind URL with 0.0.0.0 made local."""
+    url = urlparse(settings["hub"]["bind_url"])
+    if settings["hub"]["domain"]:
+        return origin(settings) + (url.path or "/")
+    host = "127.0.0.1" if url.hostname in ("0.0.0.0", "", None) else url.hostname
+    return f"{url.scheme}://{host}:{url.port or 80}{url.path or '/'}"
+
+
+def internal_certs_location(settings):
+    """The hub's internal CAs and the certificates of the hub, the proxy and
+    the services (certipy's store): ``internal-ssl`` in [hub] state_dir, the
+    hub's account's only."""
+    return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
+
+
+def group_name(dn):
+    r"""The Unix name of an LDAP group: the value of its DN's first RDN when
+    that is a ``cn`` (RFC 4514 escapes undone), else the DN itself.
+
+    >>> group_name("cn=portal-admins,ou=groups,dc=portal,dc=example")
+    'portal-admins'
+    >>> group_name(r"CN=a\,b \c3\a9,ou=g"), group_name("ou=x,dc=y"), group_name("junk")
+    ('a,b é', 'ou=x,dc=y', 'junk')
+    """
+    match = re.match(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*=((?:\\.|[^,+\\])*)(?:[,+]|$)", dn)
+    if not match or match[1].lower() != "cn":
+        return dn
+    raw = match[2].strip()
+    try:
+        value = re.sub(
+            rb"\\([0-9A-Fa-f]{2}|.)",
+            lambda m: bytes([int(m[1], 16)]) if len(m[1]) == 2 else m[1],
+            raw.encode(),
+        ).decode()
+    except UnicodeDecodeError:
+        return dn
+    return value or dn
+
+
+def portal_groups(settings):
+    """The Unix names of the LDAP groups that may log in ([ldap] allowed_groups)."""
+    return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
+
+
+def extend_registration(settings):
+    """This hub's registration with the root helper ``portal-extend``
+    (``portal.helper.extend``), as deploy/hub.sh writes it: the job name of
+    its sessions, the groups and uid range of their users (JSON text).
+    ValueError, naming the setting, when one is not plain enough for it."""
+    from portal.helper.extend import registration
+
+    hub = settings["hub"]
+    return registration(
+        settings["slurm"]["job_name"], portal_groups(settings), hub["uid_min"], hub["uid_max"]
+    )
+
+
+DERIVED = {
+    f.__name__: f
+    for f in (hub_api_ip, cluster_snapshot, public_url, internal_certs_location,
+              portal_groups, extend_registration)
+}  # fmt: skip
+"""What ``--derived NAME`` prints (lists one item per line)."""
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -152,6 +231,11 @@ def main(argv=None):
         except (KeyError, TypeError):
             print(f"portal settings: no setting {argv[1]!r}", file=sys.stderr)
             return 2
+    elif argv[:1] == ["--derived"] and len(argv) == 2 and argv[1] in DERIVED:
+        if str(Path(__file__).resolve().parent.parent) not in sys.path:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        value = DERIVED[argv[1]](settings)
+        print("\n".join(value) if isinstance(value, list) else value)
     else:
         print(json.dumps(settings, indent=2))
     return 0

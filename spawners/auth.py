@@ -25,36 +25,22 @@ import ldap3
 from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
 from ldap3.core.results import RESULT_NO_SUCH_OBJECT, RESULT_SUCCESS
 from ldap3.utils.conv import escape_filter_chars
-from ldap3.utils.dn import escape_rdn, parse_dn
+from ldap3.utils.dn import escape_rdn
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
 from traitlets import Float, Instance, Integer, List, default
 
-from portal.settings import defaults
+from portal.settings import defaults, group_name
+from spawners.jupyterhub_patches import mark_cookie_request
 from spawners.throttle import LoginThrottle, describe_wait
 
 LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
 
 
-def group_name(dn):
-    """The common name of a group DN: ``cn=portal-admins,ou=groups,...`` -> ``portal-admins``."""
-    try:
-        attr, value, _ = parse_dn(dn)[0]
-    except Exception:
-        return dn
-    return value if attr.lower() == "cn" else dn
-
-
 def login_required(handler):
-    """refresh_user's answer that the user must log in again: False.
-
-    JupyterHub 6.1's refresh_auth then reads ``handler._token_authenticated``,
-    which it sets on token-authenticated requests only, so a cookie request
-    (a browser's) would fail with AttributeError (a 500 at spawn) instead of
-    asking for a new login. A request without it was not token-authenticated.
-    """
-    if handler is not None and not hasattr(handler, "_token_authenticated"):
-        handler._token_authenticated = False
+    """refresh_user's answer that the user must log in again: False (with
+    ``jupyterhub_patches.mark_cookie_request``'s fix of JupyterHub 6.1.1)."""
+    mark_cookie_request(handler)
     return False
 
 

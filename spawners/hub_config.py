@@ -45,13 +45,13 @@ def configure_hub(c, settings):
         # Each user's sessions on an origin of their own (NAME.DOMAIN): what
         # a user's server serves never runs on the hub's origin. __Host-
         # cookies: no session's host can set one the hub would read.
-        c.JupyterHub.subdomain_host = origin(settings)
+        c.JupyterHub.subdomain_host = site_settings.origin(settings)
         c.JupyterHub.subdomain_hook = subdomain
         c.JupyterHub.cookie_host_prefix_enabled = is_https(settings)
         # and the hub's pages only on the hub's own host, never on a session's
-        from spawners import host_guard
+        from spawners import jupyterhub_patches
 
-        host_guard.install(hub["domain"])
+        jupyterhub_patches.install_host_guard(hub["domain"])
 
 
 def subdomain(name, domain, kind):
@@ -69,12 +69,6 @@ def subdomain(name, domain, kind):
     return domain if kind == "service" else subdomain_hook_idna(name, domain, kind)
 
 
-def origin(settings):
-    """``scheme://DOMAIN:PORT`` of the hub, from [hub] domain and bind_url."""
-    url = urlparse(settings["hub"]["bind_url"])
-    return f"{url.scheme}://{settings['hub']['domain']}:{url.port or 443}"
-
-
 def is_https(settings):
     return urlparse(settings["hub"]["bind_url"]).scheme == "https"
 
@@ -87,13 +81,6 @@ def is_internal_tls(settings):
 
 def internal_scheme(settings):
     return "https" if is_internal_tls(settings) else "http"
-
-
-def internal_certs_location(settings):
-    """The hub's internal CAs and the certificates of the hub, the proxy and
-    the services (certipy's store): ``internal-ssl`` in [hub] state_dir, the
-    hub's account's only."""
-    return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
 
 
 def hub_alt_names(settings):
@@ -120,14 +107,14 @@ def configure_internal_ssl(c, settings):
     sessions outlive the hub)."""
     if not is_internal_tls(settings):
         return
-    from spawners import internal_tls
+    from spawners import jupyterhub_patches
 
     c.JupyterHub.internal_ssl = True
-    c.JupyterHub.internal_certs_location = internal_certs_location(settings)
+    c.JupyterHub.internal_certs_location = site_settings.internal_certs_location(settings)
     c.JupyterHub.trusted_alt_names = hub_alt_names(settings)
     # the hub waits for the admin service at its https URL (a JupyterHub fix);
     # under host routing the services' certificates name the hub's host
-    internal_tls.install(settings["hub"]["domain"])
+    jupyterhub_patches.install_internal_tls(settings["hub"]["domain"])
 
 
 def configure_proxy(c, settings):
@@ -289,7 +276,6 @@ def configure_admins(c, settings):
     account made admin before (portal admins were) is not one after the next
     start. Call after ``configure_service``."""
     from portal.roles import ADMIN_SCOPE
-    from spawners.auth import group_name
 
     c.JupyterHub.load_roles.extend(
         [
@@ -300,7 +286,7 @@ def configure_admins(c, settings):
                 "description": "Administers the portal: the admin page, starts and stops "
                 "sessions, extends them, edits profiles",
                 "scopes": [*PORTAL_ADMIN_SCOPES, ADMIN_SCOPE],
-                "groups": [group_name(dn) for dn in settings["ldap"]["admin_groups"]],
+                "groups": [site_settings.group_name(dn) for dn in settings["ldap"]["admin_groups"]],
             },
         ]
     )
@@ -333,7 +319,7 @@ def configure_culling(c, settings):
         # certificate (it runs as the hub's account, and reads no other)
         command += [
             "--ssl-enabled=true",
-            f"--internal-certs-location={internal_certs_location(settings)}",
+            f"--internal-certs-location={site_settings.internal_certs_location(settings)}",
         ]
     c.JupyterHub.services.append({"name": CULLER_SERVICE, "command": command})
     c.JupyterHub.load_roles.append(
@@ -347,18 +333,16 @@ def configure_culling(c, settings):
 
 
 def configure_spawner(c, settings):
-    from spawners import port_report, session_handlers, spawn_handlers
+    from spawners import jupyterhub_patches
 
-    # batchspawner's port callback sets any attribute it is sent: ours takes a port only
-    port_report.install()
-    # a stop during a spawn answers the spawn's request as stopped, not with a 500
-    spawn_handlers.install()
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
     profiles = StoreProfiles(settings)
     c.PortalSpawner.profile_source = profiles
-    # the session card's "Extend by N hours": /hub/portal/sessions/NAME/extend
-    session_handlers.install(profiles.store)
+    # batchspawner's port callback sets any attribute it is sent: ours takes a
+    # port only; a stop during a spawn answers the spawn's request as stopped,
+    # not with a 500; the session card's "Extend by N hours" and GPU figures
+    jupyterhub_patches.install_routes(profiles.store)
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
@@ -374,7 +358,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.shared_data = settings["data"]["shared_data"]
     # Sessions run only for accounts in the portal's groups, with a uid in the
     # site's user range; sudoers allows the same groups only (deploy/hub.sh).
-    c.PortalSpawner.allowed_unix_groups = portal_groups(settings)
+    c.PortalSpawner.allowed_unix_groups = site_settings.portal_groups(settings)
     c.PortalSpawner.uid_min = settings["hub"]["uid_min"]
     c.PortalSpawner.uid_max = settings["hub"]["uid_max"]
     c.Spawner.default_url = "/lab"
@@ -479,33 +463,3 @@ def check_spawner_settings(c):
         spawner_class = import_item(spawner_class)
     if isinstance(spawner_class, type) and issubclass(spawner_class, PortalSpawner):
         refuse_unused_settings(spawner_class, config)
-
-
-def portal_groups(settings):
-    """The Unix names of the LDAP groups that may log in ([ldap] allowed_groups)."""
-    from spawners.auth import group_name
-
-    return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
-
-
-def extend_registration(settings):
-    """This hub's registration with the root helper ``portal-extend``
-    (``portal.helper.extend``), as deploy/hub.sh writes it: the job name of
-    its sessions, the groups and uid range of their users (JSON text).
-    ValueError, naming the setting, when one is not plain enough for it."""
-    from portal.helper.extend import registration
-
-    hub = settings["hub"]
-    return registration(
-        settings["slurm"]["job_name"], portal_groups(settings), hub["uid_min"], hub["uid_max"]
-    )
-
-
-def public_url(settings):
-    """The URL a person opens: ``https://DOMAIN:PORT/`` ([hub] domain), else
-    the bind URL with 0.0.0.0 made local."""
-    url = urlparse(settings["hub"]["bind_url"])
-    if settings["hub"]["domain"]:
-        return origin(settings) + (url.path or "/")
-    host = "127.0.0.1" if url.hostname in ("0.0.0.0", "", None) else url.hostname
-    return f"{url.scheme}://{host}:{url.port or 80}{url.path or '/'}"

@@ -343,7 +343,7 @@ class PortalSpawner(SlurmSpawner):
     _certs_lock = asyncio.Lock()  # certipy's store is one JSON file: one signature at a time
     last_options = None  # the last options that passed validation (kept in the state)
     last_end = None  # how the last session ended without a stop (kept until the next start)
-    stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.spawn_handlers)
+    stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.handlers)
     submitted_at = 0.0
     gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
     _port_event = None
@@ -813,7 +813,7 @@ class PortalSpawner(SlurmSpawner):
         self.timeline[event] = time.monotonic() - self._began
 
     def report_port(self, port):
-        """Called by the port callback (``spawners.port_report``) once per spawn."""
+        """Called by the port callback (``spawners.handlers``) once per spawn."""
         self._mark("port reported")
         self.port = port
         self.port_reported = True

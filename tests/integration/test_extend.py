@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from portal import settings
 from portal.helper import extend as extendhelper
-from portal.helper import settings
 from tests.support import REPO
 from tests.support.hubclient import SERVICE
 from tests.support.jobs import scontrol_job, squeue, user_jobs
@@ -275,7 +275,7 @@ def test_the_helper_is_root_s_the_hub_registered_and_its_account_may_run_it(hub)
     admin service make at their start, run as the hub's account."""
     st = os.stat(HELPER)
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
-    assert Path(HELPER).read_bytes() == (REPO / "portal" / "extendhelper.py").read_bytes()
+    assert Path(HELPER).read_bytes() == (REPO / "portal" / "helper" / "extend.py").read_bytes()
     for folder in (Path(HELPER).parent, Path(extendhelper.REGISTRY)):
         st = os.stat(folder)
         assert st.st_uid == 0 and not st.st_mode & 0o022, folder

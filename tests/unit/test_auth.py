@@ -9,7 +9,8 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from portal import settings
-from spawners.auth import PortalLDAPAuthenticator, group_name
+from portal.settings import group_name
+from spawners.auth import PortalLDAPAuthenticator
 from spawners.hub_config import configure_auth
 
 

@@ -31,7 +31,6 @@ from portal.helper.extend import (
 )
 from portal.slurm.model import format_duration as hub_format_duration
 from portal.slurm.parse import max_time_minutes
-from spawners import hub_config
 
 SESSION = "portal-jupyter"
 # alice's session: 2 h of a profile that allows 24 h, partition gpu (7 days), QOS portal (1 day)
@@ -277,11 +276,11 @@ def test_a_hub_registers_its_job_name_and_its_users_groups_and_uids():
     """What deploy/hub.sh writes for a hub: from its settings, the groups by
     the cn of [ldap] allowed_groups."""
     site = settings.merge(settings.defaults(), {"slurm": {"job_name": "portal-test"}})
-    hub = read_registration(hub_config.extend_registration(site), "portal-test")
+    hub = read_registration(settings.extend_registration(site), "portal-test")
     assert hub == Hub("portal-test", ("portal-admins", "portal-users"), 10000, 60000)
     site = settings.merge(site, {"slurm": {"job_name": "my sessions"}})
     with pytest.raises(ValueError, match="job_name 'my sessions' is not a plain name"):
-        hub_config.extend_registration(site)
+        settings.extend_registration(site)
 
 
 def test_a_registration_is_of_its_own_job_name():

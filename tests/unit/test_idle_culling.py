@@ -158,7 +158,7 @@ async def test_a_stop_by_the_culler_shows_on_the_home_page_and_cancels_the_job()
         cancelled.append(s.job_id)
 
     s.cancel_batch_job = cancel
-    s.stop_reason = "idle"  # spawners.spawn_handlers: a DELETE by the culler
+    s.stop_reason = "idle"  # spawners.handlers: a DELETE by the culler
     await s.stop(now=True)
     s.clear_state()
     assert cancelled == ["4242"]

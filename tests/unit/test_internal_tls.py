@@ -21,7 +21,7 @@ from traitlets.config import Config
 
 from portal import settings, tlscontext
 from portal.core.tlsnames import alt_name, alt_names, node_alt_names
-from spawners import internal_tls
+from spawners import jupyterhub_patches
 from spawners.hub_config import (
     configure_internal_ssl,
     configure_proxy,
@@ -139,18 +139,18 @@ def test_install_gives_the_hub_contexts_of_the_internal_cas_and_a_client_to_wait
     monkeypatch.setattr(Server, "wait_up", Server.wait_up)
     hub, bundle = store["hub"], store["bundles"]["hub-ca"]
     client = tlscontext.ssl_context(hub["key"], hub["cert"], bundle)
-    monkeypatch.setattr(internal_tls, "_app_client_context", lambda: client)
+    monkeypatch.setattr(jupyterhub_patches, "_app_client_context", lambda: client)
     seen = []
 
     def original(self, timeout=10, http=False, ssl_context=None, extra_path=""):
         seen.append(ssl_context)
 
     monkeypatch.setattr(Server, "wait_up", original)
-    internal_tls.install()
-    internal_tls.install()  # idempotent
+    jupyterhub_patches.install_internal_tls()
+    jupyterhub_patches.install_internal_tls()  # idempotent
     server = app.make_ssl_context(hub["key"], hub["cert"], bundle, purpose=ssl.Purpose.CLIENT_AUTH)
     assert len(server.get_ca_certs()) == len(TRUST["hub-ca"])
-    assert user.make_ssl_context is objects.make_ssl_context is internal_tls.make_ssl_context
+    assert user.make_ssl_context is objects.make_ssl_context is jupyterhub_patches.make_ssl_context
     # start_service's server context, the health check's none: the client's instead
     Server(ip="127.0.0.1", port=1).wait_up(http=True, ssl_context=server)
     Server(ip="127.0.0.1", port=1).wait_up(http=True)

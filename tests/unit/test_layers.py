@@ -33,20 +33,6 @@ def test_the_pure_layers_import_without_the_hub():
     )
 
 
-def test_importing_the_port_report_changes_no_handler():
-    assert (
-        python(
-            "import jupyterhub.apihandlers as a, batchspawner.api",
-            "before = list(a.default_handlers)",
-            "import spawners.port_report as p",
-            "assert a.default_handlers == before",
-            "p.install()",
-            "print([h[1].__name__ for h in a.default_handlers if h[0] == p.ROUTE])",
-        )
-        == "['PortReportHandler']"
-    )
-
-
 @pytest.mark.parametrize("text", ["٣", "²", "１", "3٣", "-1", "1.0", "", " ", "1e3", "0x1"])
 def test_only_ascii_digits_are_whole_numbers(text):
     assert whole_number(text) is None

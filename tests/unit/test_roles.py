@@ -39,8 +39,8 @@ from traitlets.config import Config
 from portal import settings
 from portal.roles import ADMIN_SCOPE, is_portal_admin
 from portal.service.handlers import BaseHandler
+from spawners.handlers import may_act_on
 from spawners.hub_config import configure_admins, configure_auth, configure_service
-from spawners.session_handlers import may_act_on
 
 
 @pytest.fixture(scope="module")

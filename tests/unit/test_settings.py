@@ -1,8 +1,7 @@
 import pytest
 
 from portal import settings
-from portal.settings import hub_api_ip
-from spawners.hub_config import public_url
+from portal.settings import hub_api_ip, public_url
 
 
 def test_defaults_load():

@@ -15,7 +15,7 @@ from traitlets.config import Config
 
 from portal.settings import defaults
 from portal.slurm import commands
-from spawners.port_report import reported_port
+from spawners.handlers import reported_port
 from spawners.spawner import PortalSpawner
 
 ME = pwd.getpwuid(os.getuid()).pw_name

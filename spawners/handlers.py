@@ -1,42 +1,155 @@
-"""The session card's action on the hub's home page: extend the session.
+"""The hub's own request handlers: JupyterHub's subclassed, and the card's routes.
 
-The card's form posts (with the page's XSRF token, as the Relaunch form does)
-to ``POST /hub/portal/sessions/NAME/extend`` with ``hours``; the extension
-itself is ``portal.extend``'s, the same as the admin service's API. The hub
-then waits for the shared poll to see the job's new end, and sends the
-browser back to ``/hub/home``, which shows the new time left and, once, what
-happened (a signed cookie: nothing a link from elsewhere could set).
+- ``PortReportHandler`` (``/hub/api/batchspawner``): the port report of
+  batchspawner-singleuser, made safe. batchspawner's handler sets every
+  spawner attribute named in the JSON it gets, checked only by the server's
+  own token: a user could set, say, the command the hub runs next. This one
+  accepts ``{"port": N}`` and nothing else, with N a valid unprivileged port,
+  once per spawn, for the spawner that owns the token, while that spawner is
+  starting (a repeat of the same port is answered 200 and changes nothing).
+- ``PortalUserServerAPIHandler``, ``PortalSpawnHandler``: a stop during a
+  spawn answered as a stop. JupyterHub's stop (``DELETE
+  /hub/api/users/NAME/server``) cancels a pending spawn; the request that
+  started it waits up to ``slow_spawn_timeout`` and gets its CancelledError:
+  Tornado answered 500. Here the POST answers 202, and the form goes on to
+  the spawn page, which shows the server stopped. A stop asked by the idle
+  culler marks the spawner first (``stop_reason = "idle"``), so the home page
+  says the session was stopped after so long idle.
+- ``PortalHomeHandler``, ``SessionExtendHandler``, ``SessionGPUsHandler``: the
+  session card's actions on the home page. The card's form posts (with the
+  page's XSRF token) to ``POST /hub/portal/sessions/NAME/extend`` with
+  ``hours``; the extension itself is ``portal.extend``'s, the same as the
+  admin service's API. The hub then waits for the shared poll to see the
+  job's new end and sends the browser back to ``/hub/home``, which shows the
+  new time left and, once, what happened (a signed cookie).
 
-``install(store)`` puts the route in JupyterHub's handler list and the home
-page's handler in place of JupyterHub's; the hub's configuration calls it
-(``spawners.hub_config.configure_spawner``), so importing this module changes
-nothing.
+Where they go in JupyterHub's route lists is ``spawners.jupyterhub_patches``.
 """
 
 import asyncio
 import json
 import time
 
-from jupyterhub import handlers
+from jupyterhub.apihandlers import APIHandler
+from jupyterhub.apihandlers.users import UserServerAPIHandler
 from jupyterhub.handlers.base import BaseHandler
-from jupyterhub.handlers.pages import HomeHandler
+from jupyterhub.handlers.pages import HomeHandler, SpawnHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+from portal.core.idle import CULLER_SERVICE
 from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import SessionExtender, may_extend, no_session
 from portal.roles import is_portal_admin
 
+from . import jupyterhub_patches
 from .internal_tls import hub_client_context
 
-ROUTE = r"/portal/sessions/([^/]+)/extend"
+PORT_ROUTE = r"/api/batchspawner"
+EXTEND_ROUTE = r"/portal/sessions/([^/]+)/extend"
 GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
 # Seconds the card's GPU figures may take to come from the session.
 GPUS_TIMEOUT = 5.0
 NOTICE_COOKIE = "portal-notice"
 # Seconds the redirect waits for a squeue that shows the new end.
 REFRESH_TIMEOUT = 10.0
+
+
+# -- the port report ----------------------------------------------------------
+
+
+class PortReportHandler(APIHandler):
+    @web.authenticated
+    def post(self):
+        token = self.get_auth_token()
+        user = self.current_user
+        spawner = next(
+            (s for s in getattr(user, "spawners", {}).values() if s.api_token == token), None
+        )
+        if spawner is None or not hasattr(spawner, "report_port"):
+            raise web.HTTPError(403, "This token belongs to no starting portal server")
+        try:
+            port = reported_port(self.request.body)
+        except web.HTTPError as e:
+            self.log.warning("Refused port report for %s: %s", user.name, e.log_message)
+            raise
+        if spawner.port_reported and spawner.port == port:
+            # a report repeated because its answer was lost: taken, and nothing changes
+            self.finish(json.dumps({"message": "port already recorded"}))
+            return
+        if spawner.pending != "spawn" or spawner.port_reported:
+            raise web.HTTPError(409, "The port of this server was already reported")
+        spawner.report_port(port)
+        self.log.info("Server of %s reported port %s", user.name, port)
+        self.set_status(201)
+        self.finish(json.dumps({"message": "port recorded"}))
+
+
+def reported_port(body):
+    """The port of a report's body (bytes): ``{"port": N}`` and nothing else,
+    N an unprivileged port; HTTPError 400 with the reason otherwise."""
+    try:
+        data = json.loads(body or b"")
+    except ValueError:
+        raise web.HTTPError(400, "The body must be JSON") from None
+    if not isinstance(data, dict) or set(data) != {"port"}:
+        raise web.HTTPError(400, 'Only {"port": N} is accepted')
+    port = data["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        raise web.HTTPError(400, "port must be a whole number from 1024 to 65535")
+    return port
+
+
+# -- a stop during a spawn ----------------------------------------------------
+
+
+class StoppableSpawnMixin:
+    """``spawn_single_user`` that returns, rather than raises, when a stop
+    cancelled the spawn it waits for."""
+
+    spawn_stopped = False
+
+    async def spawn_single_user(self, user, server_name="", *args, **kwargs):
+        try:
+            return await super().spawn_single_user(user, server_name, *args, **kwargs)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # this request itself is cancelled (the hub is shutting down)
+            self.spawn_stopped = True
+            name = f"{user.name}/{server_name}" if server_name else user.name
+            self.log.info("The spawn of %s was stopped before it finished", name)
+
+
+class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
+    async def post(self, user_name, server_name=""):
+        await super().post(user_name, server_name)
+        if self.spawn_stopped:
+            self.set_status(202)  # accepted, then stopped: the user model shows no server
+
+    async def delete(self, user_name, server_name=""):
+        spawner = None
+        caller = self.current_user
+        if getattr(caller, "kind", "") == "service" and caller.name == CULLER_SERVICE:
+            user = self.find_user(user_name)
+            if user is not None and server_name in user.orm_spawners:
+                spawner = user.spawners[server_name]
+                spawner.stop_reason = "idle"  # read (and cleared) by PortalSpawner.stop
+        try:
+            await super().delete(user_name, server_name)
+        finally:
+            # PortalSpawner.stop takes the mark as it starts; a DELETE that
+            # started no stop (refused, the server already stopped or
+            # stopping) leaves it for nobody: a later stop is not the culler's
+            if spawner is not None and not jupyterhub_patches.stop_pending(spawner):
+                spawner.stop_reason = ""
+
+
+class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
+    pass
+
+
+# -- the session card ---------------------------------------------------------
 
 
 class PortalHomeHandler(HomeHandler):
@@ -196,20 +309,3 @@ def gpu_figures(data):
             }
         )
     return {"gpus": gpus, "reason": str(data.get("reason") or "")[:300]}
-
-
-def install(store):
-    """Route the card's extension to ``SessionExtendHandler`` (with the profile
-    store ``store``) and the home page to ``PortalHomeHandler`` (idempotent).
-    Fails, and with it the hub's start, if a JupyterHub upgrade moved the home page."""
-    routes = handlers.default_handlers
-    routes[:] = [
-        (route, PortalHomeHandler if cls is HomeHandler else cls, *rest)
-        for route, cls, *rest in routes
-        if route != ROUTE
-    ]
-    if not any(cls is PortalHomeHandler for _, cls, *_ in routes):
-        raise RuntimeError("JupyterHub has no route for HomeHandler to replace")
-    routes[:] = [r for r in routes if r[0] != GPUS_ROUTE]
-    routes.append((ROUTE, SessionExtendHandler, {"store": store}))
-    routes.append((GPUS_ROUTE, SessionGPUsHandler))

@@ -1,0 +1,220 @@
+"""Every change the portal makes to JupyterHub's and batchspawner's internals.
+
+The hub's environment pins jupyterhub==6.1.1 and batchspawner==1.3.0
+(deploy/requirements-hub.txt). Each patch below says which of their
+behaviours it relies on or works around; tests/unit/test_jupyterhub_patches.py
+checks each of those behaviours, so an upgrade starts there: a failing test
+names the patch to revisit. Where JupyterHub documents an extension point, it
+is used instead of a patch: the admin service is a managed service, the idle
+culler's rule is its ``cull_arbiter_hook``, the session's life is
+``PortalSpawner``'s hooks.
+
+The hub's configuration (``spawners.hub_config``) calls the ``install_*``
+functions; importing this module changes nothing.
+"""
+
+import ssl
+
+from jupyterhub import app, objects, user, utils
+from jupyterhub.objects import Server
+
+from portal.tlscontext import ssl_context
+
+PINNED = {"jupyterhub": "6.1.1", "batchspawner": "1.3.0"}
+
+
+# -- routes -------------------------------------------------------------------
+
+
+def install_routes(store):
+    """The portal's handlers in JupyterHub's route lists (idempotent).
+
+    JupyterHub 6.1.1 builds its routes, once, from the module lists
+    ``jupyterhub.handlers.default_handlers`` and
+    ``jupyterhub.apihandlers.default_handlers`` (``JupyterHub.init_handlers``,
+    hub prefix added), after loading its configuration; its own way to add
+    routes, ``c.JupyterHub.extra_handlers``, is deprecated since 3.1 and
+    cannot replace one. batchspawner 1.3.0 appends its port report
+    (``/api/batchspawner``) to the API list when ``batchspawner.api`` is
+    imported. Replaced: batchspawner's port report (it sets any spawner
+    attribute it is sent), ``UserServerAPIHandler`` and ``SpawnHandler`` (a
+    stop during a spawn answered 500), ``HomeHandler`` (the card's notice);
+    added: the card's extension (with the profile store ``store``) and GPU
+    figures. Fails, and with it the hub's start, if a replaced handler has no
+    route any more.
+    """
+    import batchspawner.api  # noqa: F401 (registers the handler replaced here)
+    from jupyterhub import apihandlers, handlers
+    from jupyterhub.apihandlers.users import UserServerAPIHandler
+    from jupyterhub.handlers.pages import HomeHandler, SpawnHandler
+
+    from . import handlers as ours
+
+    replacements = {
+        UserServerAPIHandler: ours.PortalUserServerAPIHandler,
+        SpawnHandler: ours.PortalSpawnHandler,
+        HomeHandler: ours.PortalHomeHandler,
+    }
+    added = {
+        ours.PORT_ROUTE: (ours.PortReportHandler,),
+        ours.EXTEND_ROUTE: (ours.SessionExtendHandler, {"store": store}),
+        ours.GPUS_ROUTE: (ours.SessionGPUsHandler,),
+    }
+    lists = (handlers.default_handlers, apihandlers.default_handlers)
+    for routes in lists:
+        routes[:] = [
+            (route, replacements.get(cls, cls), *rest)
+            for route, cls, *rest in routes
+            if route not in added
+        ]
+    installed = {cls for routes in lists for _, cls, *_ in routes}
+    missing = [cls.__name__ for cls in replacements if replacements[cls] not in installed]
+    if missing:
+        raise RuntimeError(f"JupyterHub has no route for {', '.join(missing)} to replace")
+    apihandlers.default_handlers.append((ours.PORT_ROUTE, *added.pop(ours.PORT_ROUTE)))
+    for route, target in added.items():
+        handlers.default_handlers.append((route, *target))
+
+
+def stop_pending(spawner):
+    """Whether a stop of ``spawner`` is under way: JupyterHub 6.1.1's private
+    ``Spawner._stop_pending``, True from the start of ``User.stop`` to its end
+    (the idle culler's stop mark is cleared when a DELETE started no stop)."""
+    return spawner._stop_pending
+
+
+def mark_cookie_request(handler):
+    """Before ``refresh_user`` answers False (log in again): JupyterHub
+    6.1.1's ``BaseHandler.refresh_auth`` then reads
+    ``handler._token_authenticated``, which it sets on token-authenticated
+    requests only, so a cookie request (a browser's) failed with
+    AttributeError (a 500 at spawn) instead of asking for a new login. A
+    request without it was not token-authenticated."""
+    if handler is not None and not hasattr(handler, "_token_authenticated"):
+        handler._token_authenticated = False
+
+
+# -- the hub's pages on its own host -------------------------------------------
+
+
+def off_host(host_name, domain):
+    """Whether ``host_name`` is a session's host under ``domain``, not the hub's.
+
+    >>> off_host("bob.portal.localhost", "portal.localhost")
+    True
+    >>> off_host("portal.localhost", "portal.localhost")
+    False
+    >>> off_host("10.200.0.1", "portal.localhost")
+    False
+    >>> off_host("evilportal.localhost", "portal.localhost")
+    False
+    """
+    return host_name.lower().endswith("." + domain.lower())
+
+
+def install_host_guard(domain):
+    """The hub answers only on its own host (idempotent).
+
+    With per-user origins (``subdomain_host``) the proxy sends every host to
+    the hub when no route matches (JupyterHub 6.1.1 routes the hub at "/" for
+    all hosts), so the hub served its real login page on bob.DOMAIN too. A
+    victim who logged in there left the hub's login cookie on bob's origin,
+    where his page read the XSRF token and made a token with her rights. Here
+    every request to the hub on a session's host (NAME.DOMAIN) is sent to the
+    same path on the hub's own host, except /user/ paths: for a server that
+    does not run, the hub's own handler sends the browser on from there.
+    Wraps ``jupyterhub.handlers.base.BaseHandler.prepare``, which every page
+    and API handler of JupyterHub 6.1.1 runs first.
+    tests/integration/test_origins.py fails when the hub serves a page on a
+    session's host.
+    """
+    from jupyterhub.handlers.base import BaseHandler
+    from jupyterhub.utils import url_path_join
+
+    prepare = BaseHandler.prepare
+    if getattr(prepare, "portal_host_guard", False):
+        return
+
+    async def prepare_on_the_hubs_host(self):
+        if off_host(self.request.host_name, domain) and not self.request.path.startswith(
+            url_path_join(self.base_url, "user/")
+        ):
+            self.redirect(self.settings["subdomain_host"] + self.request.uri)
+            return
+        return await prepare(self)
+
+    prepare_on_the_hubs_host.portal_host_guard = True
+    BaseHandler.prepare = prepare_on_the_hubs_host
+
+
+# -- internal TLS ---------------------------------------------------------------
+
+
+def make_ssl_context(keyfile, certfile, cafile=None, purpose=ssl.Purpose.SERVER_AUTH, **kwargs):
+    """``jupyterhub.utils.make_ssl_context``, trusting ``cafile`` alone."""
+    if kwargs or not cafile:  # its deprecated arguments, or no CA file: JupyterHub's own
+        return utils.make_ssl_context(keyfile, certfile, cafile, purpose=purpose, **kwargs)
+    return ssl_context(keyfile, certfile, cafile, server=purpose == ssl.Purpose.CLIENT_AUTH)
+
+
+def _app_client_context():
+    from .internal_tls import _client_context
+
+    if not app.JupyterHub.initialized():
+        return None
+    hub = app.JupyterHub.instance()
+    if not hub.internal_ssl or not hub.internal_ssl_key:
+        return None
+    return _client_context(hub.internal_ssl_key, hub.internal_ssl_cert, hub.internal_ssl_ca)
+
+
+def install_internal_tls(domain=""):
+    """Three fixes to JupyterHub 6.1.1's ``internal_ssl`` (idempotent):
+
+    - the hub's contexts trust the internal CAs alone: its
+      ``make_ssl_context`` (imported by name into ``app``, ``user`` and
+      ``objects``) adds the system's CA store, so the hub's API took a client
+      certificate of any CA the system trusts (a public CA's, the portal's own
+      local CA's), not only an internal one;
+    - the hub waits for a managed service at an https URL (the admin service)
+      with its client context: JupyterHub hands ``Server.wait_up`` the hub's
+      own *server* context, with which no client connection can be opened
+      ("Cannot create a client socket with a PROTOCOL_TLS_SERVER context"):
+      the service never counted as up and the hub exited;
+    - ``domain`` (the hub's host under host routing, [hub] domain): the
+      services' certificates name it too. The proxy checks a backend's
+      certificate against the request's Host, and JupyterHub 6.1.1's
+      ``_ServiceSpawner`` makes them for localhost and 127.0.0.1 alone.
+    """
+    for module in (app, user, objects):
+        module.make_ssl_context = make_ssl_context
+    if domain:
+        _name_services(domain)
+    if getattr(Server.wait_up, "portal_internal_tls", False):
+        return
+    original = Server.wait_up
+
+    def wait_up(self, timeout=10, http=False, ssl_context=None, extra_path=""):
+        if http and (ssl_context is None or ssl_context.protocol == ssl.PROTOCOL_TLS_SERVER):
+            ssl_context = _app_client_context() or ssl_context
+        return original(
+            self, timeout=timeout, http=http, ssl_context=ssl_context, extra_path=extra_path
+        )
+
+    wait_up.portal_internal_tls = True
+    Server.wait_up = wait_up
+
+
+def _name_services(domain):
+    from jupyterhub.services.service import _ServiceSpawner
+
+    if getattr(_ServiceSpawner.create_certs, "portal_internal_tls", False):
+        return
+    create_certs = _ServiceSpawner.create_certs
+
+    async def create_certs_for_the_hubs_host(self):
+        self.ssl_alt_names = [*self.ssl_alt_names, f"DNS:{domain}"]
+        return await create_certs(self)
+
+    create_certs_for_the_hubs_host.portal_internal_tls = True
+    _ServiceSpawner.create_certs = create_certs_for_the_hubs_host

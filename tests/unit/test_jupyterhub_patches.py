@@ -1,0 +1,118 @@
+"""What spawners/jupyterhub_patches.py relies on in JupyterHub 6.1.1 and
+batchspawner 1.3.0: each test names a patch, and fails when the behaviour
+it patches or works around changes (the internal TLS contexts' own check is
+tests/unit/test_internal_tls.py's ``test_contexts_trust_the_internal_cas_alone``)."""
+
+import doctest
+import inspect
+import subprocess
+import sys
+from importlib.metadata import version
+
+from jupyterhub.app import JupyterHub
+from jupyterhub.handlers.base import BaseHandler
+from jupyterhub.objects import Server
+from jupyterhub.services.service import _ServiceSpawner
+from jupyterhub.spawner import Spawner
+from jupyterhub.user import User
+
+from spawners import jupyterhub_patches
+from spawners.jupyterhub_patches import PINNED, mark_cookie_request
+
+
+def test_the_examples_hold():
+    assert doctest.testmod(jupyterhub_patches).failed == 0
+
+
+def test_the_installed_versions_are_the_ones_the_patches_were_checked_against():
+    assert {name: version(name) for name in PINNED} == PINNED
+
+
+def python(code):
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+
+
+def test_install_routes_replaces_and_adds_the_portals_handlers_once():
+    assert python(
+        "\n".join(
+            [
+                "import batchspawner.api",
+                "from jupyterhub import apihandlers as a, handlers as h",
+                "before = list(h.default_handlers) + list(a.default_handlers)",
+                "from spawners import jupyterhub_patches as p, handlers as ours",
+                "assert list(h.default_handlers) + list(a.default_handlers) == before",
+                "p.install_routes(None); p.install_routes(None)",  # idempotent
+                "pages = {r: c.__name__ for r, c, *_ in h.default_handlers}",
+                "api = {r: c.__name__ for r, c, *_ in a.default_handlers}",
+                "print(pages['/spawn'], pages['/home'], api[r'/api/users/([^/]+)/server'])",
+                "print(pages[ours.EXTEND_ROUTE], pages[ours.GPUS_ROUTE], api[ours.PORT_ROUTE])",
+                "print(len(h.default_handlers) - len(before) + len(a.default_handlers))",
+                "print([r for r, *_ in a.default_handlers].count(ours.PORT_ROUTE))",
+            ]
+        )
+    ) == [
+        "PortalSpawnHandler", "PortalHomeHandler", "PortalUserServerAPIHandler",
+        "SessionExtendHandler", "SessionGPUsHandler", "PortReportHandler", "2", "1",
+    ]  # fmt: skip
+
+
+def test_jupyterhub_builds_its_routes_from_the_module_lists_once():
+    source = inspect.getsource(JupyterHub.init_handlers)
+    assert "h.extend(handlers.default_handlers)" in source
+    assert "h.extend(apihandlers.default_handlers)" in source
+
+
+def test_batchspawner_registers_its_port_report_when_its_api_is_imported():
+    assert python(
+        "from jupyterhub import apihandlers as a\n"
+        "before = any(r == '/api/batchspawner' for r, *_ in a.default_handlers)\n"
+        "import batchspawner.api\n"
+        "after = [c.__name__ for r, c, *_ in a.default_handlers if r == '/api/batchspawner']\n"
+        "print(before, after)"
+    ) == ["False", "['BatchSpawnerAPIHandler']"]
+
+
+def test_a_stop_under_way_is_jupyterhubs_private_stop_pending():
+    assert "_stop_pending" in inspect.getsource(User.stop)
+    assert Spawner._stop_pending is False
+    assert jupyterhub_patches.stop_pending(Spawner()) is False
+
+
+def test_refresh_auth_still_reads_token_authenticated_of_every_request():
+    # when JupyterHub sets it on every request (or stops reading it), the fix may go
+    assert "not self._token_authenticated" in inspect.getsource(BaseHandler.refresh_auth)
+    assert not hasattr(BaseHandler, "_token_authenticated")
+
+    class Request:
+        pass
+
+    cookie, token = Request(), Request()
+    token._token_authenticated = True
+    mark_cookie_request(cookie), mark_cookie_request(token), mark_cookie_request(None)
+    assert (cookie._token_authenticated, token._token_authenticated) == (False, True)
+
+
+def test_every_handler_prepares_through_base_handlers_prepare():
+    assert inspect.iscoroutinefunction(BaseHandler.prepare)
+    from jupyterhub.apihandlers.base import APIHandler
+
+    assert "prepare" not in vars(APIHandler) or "super().prepare()" in inspect.getsource(
+        APIHandler.prepare
+    )
+
+
+def test_internal_ssl_parts_the_fixes_replace_are_where_they_were():
+    from jupyterhub import app, objects, user
+
+    for module in (app, objects, user):  # imported by name: replaced in each
+        assert "make_ssl_context" in vars(module)
+    assert list(inspect.signature(Server.wait_up).parameters) == [
+        "self", "timeout", "http", "ssl_context", "extra_path",
+    ]  # fmt: skip
+    assert "create_certs" in vars(_ServiceSpawner) or hasattr(_ServiceSpawner, "create_certs")
+    # the services' certificates name localhost alone: the fix adds the hub's host
+    assert "DNS:localhost" in inspect.getsource(app) or "localhost" in inspect.getsource(
+        _ServiceSpawner
+    )
