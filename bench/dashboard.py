@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from bench.train import session_tensorboard
-from tests.browser.conftest import CHROMIUM_ARGS, trusting_home
+from tests.support.browser import CHROMIUM_ARGS, trusting_home
 
 TAG = "train/loss"
 CHART = f'scalar-card:has(tb-truncated-path.tag[title="{TAG}"]) line-chart canvas'

@@ -2,36 +2,13 @@
 Screenshots go to test-artifacts/ at the top of the repository."""
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.hubsettings import CA_CERT
+from tests.support.browser import CHROMIUM_ARGS, trusting_home
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def trusting_home(folder):
-    """A HOME whose NSS database (Chromium's trust store on Linux) trusts the
-    portal's CA: the browser checks the certificate, as a site's users' do."""
-    nssdb = Path(folder) / ".pki" / "nssdb"
-    nssdb.mkdir(parents=True)
-    db = f"sql:{nssdb}"
-    subprocess.run(["certutil", "-d", db, "-N", "--empty-password"], check=True)
-    subprocess.run(
-        ["certutil", "-d", db, "-A", "-t", "C,,", "-n", "portal-ca", "-i", CA_CERT], check=True
-    )
-    return str(folder)
 
 
 @pytest.fixture(scope="session")
