@@ -80,4 +80,8 @@ print(h["INSTALLED_AT"], h["REGISTRY"], h["SUDOERS_ARGS"], sep="\n")' "$source")
     { read -r EXTEND_HELPER; read -r EXTEND_REGISTRY; read -r EXTEND_ARGS; } <<<"$facts"
 }
 
+# deploy_py MODULE ARGS...: a module of deploy/ (the configuration files and
+# the changes, computed in Python), with Debian's python3 and no environment.
+deploy_py() { PYTHONPATH=$REPO_DIR /usr/bin/python3 -P -m "deploy.$1" "${@:2}"; }
+
 [ "$(id -u)" -eq 0 ] || die "run as root (the one-machine cluster starts system daemons)"

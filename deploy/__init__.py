@@ -1,0 +1,1 @@
+"""The deploy tool: configuration rendered and changes computed in Python."""
