@@ -66,20 +66,6 @@ ensure_service_accounts() {
     ensure_account "$PORTAL_HUB_PROXY_USER"
 }
 
-# The root helper that lengthens a running session (portal/helper/extend.py,
-# the one source of these): EXTEND_HELPER, where deploy/hub.sh installs it;
-# EXTEND_REGISTRY, the folder of the hubs' registrations it reads;
-# EXTEND_ARGS, the arguments its sudoers rule lets through.
-extend_helper_facts() {
-    local source=$REPO_DIR/portal/helper/extend.py facts
-    facts=$(/usr/bin/python3 -I -c 'import runpy, sys
-h = runpy.run_path(sys.argv[1])
-print(h["INSTALLED_AT"], h["REGISTRY"], h["SUDOERS_ARGS"], sep="\n")' "$source") ||
-        die "cannot read $source"
-    # shellcheck disable=SC2034  # read by the scripts that source this one
-    { read -r EXTEND_HELPER; read -r EXTEND_REGISTRY; read -r EXTEND_ARGS; } <<<"$facts"
-}
-
 # deploy_py MODULE ARGS...: a module of deploy/ (the configuration files and
 # the changes, computed in Python), with Debian's python3 and no environment.
 deploy_py() { PYTHONPATH=$REPO_DIR /usr/bin/python3 -P -m "deploy.$1" "${@:2}"; }

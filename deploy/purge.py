@@ -1,0 +1,208 @@
+"""``make purge``: back to a machine where ``make up`` never ran, so that the
+next ``make up`` or ``make test`` is a first start (.ci/run starts with it: a
+warm machine has hidden first-start bugs before). deploy/purge.sh stops
+every job and the portal's processes (the hubs, their services and proxies
+as the service accounts, ``make down``); this module then removes what
+``make up`` and the tests made: the hubs' state, the service accounts
+(portal, portal-proxy), the sudoers rules, the extension helper and the
+hubs' registrations with it, the certificates and the local CA, and, for
+the embedded cluster ([cluster] embedded), the LDAP directory with the demo
+and test accounts and their homes, Slurm's state and configuration, the
+accounting database (MariaDB's data), the munge key, the nodes (network
+namespaces, /etc/hosts lines, GPU device files, Slurm's cgroups) and the
+shared data links. It keeps the installed Debian packages and the Python
+environments under [envs] prefix (rebuilt only when their lists change). A
+site's own files (a slurm.conf, a certificate or data that the portal did
+not make) are never removed.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from deploy import nsswitch
+from deploy.base import logger, main_of
+from deploy.hub_setup import extend_helper
+
+log = logger("purge")
+
+# The first line of every file deploy/slurm.sh writes.
+MARKER = "# Written by deploy/slurm.sh of the Data Scientist Portal."
+SLURM_FILES = (
+    "/etc/slurm/slurm.conf",
+    "/etc/slurm/gres.conf",
+    "/etc/slurm/cgroup.conf",
+    "/etc/slurm/job_container.conf",
+    "/etc/slurm/slurmdbd.conf",
+    "/etc/mysql/portal-slurm.cnf",
+)
+CLUSTER_STATE = (
+    "/etc/slurm/slurmdbd.password",
+    "/var/lib/slurm/slurmctld",
+    "/var/spool/slurmd",
+    "/var/log/slurm",
+    "/run/slurm",
+    "/var/lib/mysql",
+    "/run/mysqld",
+    "/etc/munge/munge.key",
+    "/run/portal/netns",
+    "/dev/portal-gpu",
+)
+SYSTEM_CA = Path("/usr/local/share/ca-certificates/data-scientist-portal.crt")
+DATASETS = "/usr/share/datasets/"  # where deploy/data.sh's links point
+NAME_RE = re.compile(r"[a-z_][a-z0-9_-]*")
+
+
+# ---------------------------------------------------------------- pure
+
+
+def people(slapcat):
+    """(name, uid, home) of each posixAccount in slapcat's LDIF that is a
+    plain name with a uid of 1000 or more."""
+    out = []
+    for block in slapcat.split("\n\n"):
+        entry = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        name, uid, home = (
+            entry.get("uid", ""),
+            entry.get("uidNumber", ""),
+            entry.get("homeDirectory"),
+        )
+        if NAME_RE.fullmatch(name) and re.fullmatch(r"[0-9]+", uid) and int(uid) >= 1000:
+            out.append((name, int(uid), home or ""))
+    return out
+
+
+def under(home, home_root):
+    return home.startswith(f"{home_root}/")
+
+
+def ours(text):
+    """Whether a file's text holds deploy/slurm.sh's marker line."""
+    return MARKER in text.splitlines()
+
+
+# ---------------------------------------------------------------- removals
+
+
+def remove(*paths):
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+
+def rmdir(*paths):
+    for path in paths:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def remove_people(settings):
+    """The LDAP people's homes under [cluster] home_root that are theirs
+    (owned by their uid), with their files in /tmp: read from the directory
+    itself (slapcat, whether slapd runs or not) before it goes."""
+    conf = Path(settings["cluster"]["ldap_dir"]) / "slapd.conf"
+    if not conf.is_file():
+        return
+    search = ["-b", settings["ldap"]["base_dn"], "-a", "(objectClass=posixAccount)"]
+    out = subprocess.run(
+        ["slapcat", "-f", str(conf), *search], capture_output=True, text=True
+    ).stdout
+    for _, uid, home in people(out):
+        tmp = ["find", "/tmp", "/var/tmp", "/dev/shm", "-xdev", "-uid", str(uid), "-delete"]
+        subprocess.run(tmp, stderr=subprocess.DEVNULL)
+        if not under(home, settings["cluster"]["home_root"]):
+            continue
+        path = Path(home)
+        if path.is_dir() and not path.is_symlink() and path.stat().st_uid == uid:
+            shutil.rmtree(path, ignore_errors=True)
+            log(f"removed {home}")
+
+
+def purge_cluster(settings):
+    remove_people(settings)
+    remove(settings["cluster"]["ldap_dir"], settings["cluster"]["accounts_file"])
+    # nslcd resolves no one without slapd: NSS goes back to files alone; and
+    # *.localhost back to what the resolver makes of it (hub_setup local_names)
+    nsswitch.update(lambda text: nsswitch.without(text, ("passwd", "group", "shadow"), "ldap"))
+    nsswitch.update(lambda text: nsswitch.without(text, ("hosts",), "myhostname"))
+    for file in SLURM_FILES:
+        path = Path(file)
+        if path.is_file() and ours(path.read_text(errors="replace")):
+            path.unlink()
+            log(f"removed {file}")
+    remove(*CLUSTER_STATE)
+    for cg in glob.glob("/sys/fs/cgroup/*/slurm_*"):  # left by the nodes' slurmd
+        if os.path.isdir(cg):
+            rm = subprocess.run(
+                ["find", cg, "-depth", "-type", "d", "-exec", "rmdir", "{}", "+"],
+                stderr=subprocess.DEVNULL,
+            )
+            if rm.returncode:
+                log(f"warning: {cg} is still in use")
+    # the shared data folder, where it holds only the links data.sh made
+    data = settings["data"]["shared_data"]
+    if data and os.path.isdir(data):
+        for entry in os.scandir(data):
+            if entry.is_symlink() and os.readlink(entry.path).startswith(DATASETS):
+                os.unlink(entry.path)
+        try:
+            os.rmdir(data)
+            log(f"removed {data}")
+        except OSError:
+            pass
+
+
+def purge_tls(settings):
+    """The certificates, where the portal made them (its CA's key beside the CA)."""
+    tls = settings["tls"]
+    ca_dir = Path(tls["ca_cert"]).parent
+    if not (ca_dir / "ca.key").is_file():
+        log("[tls] files are a site's own: kept")
+        return
+    key_dir = Path(tls["key"]).parent
+    remove(tls["ca_cert"], ca_dir / "ca.key", ca_dir / "ca.srl", tls["cert"], tls["key"])
+    remove(key_dir / "proxy.key")
+    rmdir(ca_dir, ca_dir.parent)
+    if SYSTEM_CA.is_file():
+        SYSTEM_CA.unlink()
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if subprocess.run(["update-ca-certificates", "--fresh"], **quiet).returncode:
+            log("warning: update-ca-certificates failed")
+    log("removed the local CA and the portal's certificate")
+
+
+def purge_portal(settings):
+    state_root = Path(settings["hub"]["state_dir"]).parent  # every hub's state
+    remove(state_root, "/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
+    helper = extend_helper()
+    remove(helper["REGISTRY"], helper["INSTALLED_AT"])
+    rmdir(Path(helper["INSTALLED_AT"]).parent, Path(helper["REGISTRY"]).parent)
+    for user in (settings["hub"]["user"], settings["hub"]["proxy_user"]):
+        if subprocess.run(["id", "-u", user], capture_output=True).returncode:
+            continue
+        if subprocess.run(["userdel", user], stderr=subprocess.DEVNULL).returncode:
+            log(f"warning: userdel {user} failed")
+        if subprocess.run(["getent", "group", user], capture_output=True).returncode == 0:
+            subprocess.run(["groupdel", user], stderr=subprocess.DEVNULL)
+        log(f"removed the system account {user}")
+
+
+def cmd_files(settings):
+    if settings["cluster"]["embedded"]:
+        purge_cluster(settings)
+    purge_tls(settings)
+    purge_portal(settings)
+
+
+main = main_of({"files": cmd_files}, log)
+
+if __name__ == "__main__":
+    sys.exit(main())
