@@ -36,8 +36,8 @@ test:          ## install what the tests need, lint, start the cluster, run ever
 	@bash $(DEPLOY)/slurm.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-lint:          ## ruff: lint and format check of the Python code
-	@$(RUFF) check . && $(RUFF) format --check .
+lint:          ## ruff: lint and format check of the Python code; shellcheck of the shell
+	@$(RUFF) check . && $(RUFF) format --check . && shellcheck -x $(DEPLOY)/*.sh .ci/run
 
 unit:          ## the unit tests only (no services)
 	@$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)

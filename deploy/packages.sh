@@ -13,7 +13,7 @@ PACKAGES=(
     # the R kernel, and modulefiles for the environments in terminals
     r-base-core r-cran-irkernel environment-modules
     # tests and tools
-    chromium curl procps
+    chromium curl procps shellcheck
     # the browser tests' trust of the portal's CA (an NSS database)
     libnss3-tools
 )
