@@ -346,7 +346,7 @@ def cmd_slapd_conf(settings):
     if write_if_changed(layout.slapd_conf, text, 0o640, "root", "openldap"):
         log(f"wrote {layout.slapd_conf}")
         test = ["runuser", "-u", "openldap", "--", "slaptest", "-Q", "-u", "-f"]
-        if subprocess.run([*test, str(layout.slapd_conf)]).returncode:
+        if subprocess.run([*test, str(layout.slapd_conf)], stdout=sys.stderr).returncode:
             raise DeployError(f"{layout.slapd_conf} is not valid (see above)")
         print("changed")
 
