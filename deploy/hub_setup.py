@@ -12,7 +12,7 @@ both system accounts, each with an explicit environment (nothing of the
 caller's). The hub's elevated actions are the sudoers rules written here:
 sbatch and scancel as members of the portal's groups, never root; and, as
 root, the helper portal-extend (installed here, root's), which lengthens a
-running session after checking it again (portal/extendhelper.py). The hub
+running session after checking it again (portal/helper/extend.py). The hub
 holds no Slurm admin level (deploy/slurm.sh). The proxy's token is made
 anew whenever the proxy starts (so at every ``make up``), in a file only the
 hub's account reads; the proxy alone gets it, in its environment.
@@ -54,13 +54,14 @@ from deploy.base import (
     run,
     write_if_changed,
 )
-from deploy.ldap_setup import portal_groups
+from portal import settings as site_settings
+from portal.settings import portal_groups
 
 log = logger("hub")
 
 SUDOERS = Path("/etc/sudoers.d/portal")
 SLURM_BIN = "/usr/bin"
-EXTEND_SOURCE = REPO_DIR / "portal" / "extendhelper.py"
+EXTEND_SOURCE = REPO_DIR / "portal" / "helper" / "extend.py"
 TEMPLATES_SOURCE = REPO_DIR / "notebook_templates"
 # What the proxy copies from the hub's internal-ssl store.
 PROXY_KEYS = ("proxy-api", "proxy-client")
@@ -102,7 +103,7 @@ class Layout:
 
 def extend_helper():
     """The facts of the root helper that lengthens a session, from
-    portal/extendhelper.py (their one source; read, not imported: it is a
+    portal/helper/extend.py (their one source; read, not imported: it is a
     script of the standard library alone)."""
     return runpy.run_path(str(EXTEND_SOURCE))
 
@@ -174,9 +175,7 @@ def proxy_args(settings, layout):
 
 def shell_lines(settings, layout):
     """The facts deploy/hub.sh needs, as shell assignments. The URL and the
-    internal certificates' folder are the hub's own answers (portal.hub_config)."""
-    from portal import hub_config  # the standard library alone, at import
-
+    internal certificates' folder are the hub's own answers (portal.settings)."""
     note = (" (HTTPS)" if is_https(settings) else "") + (
         " (internal TLS)" if settings["tls"]["internal"] else ""
     )
@@ -191,8 +190,8 @@ def shell_lines(settings, layout):
         "HUB_LOG": layout.state / "jupyterhub.log",  # opened by the hub's account itself
         "HUB_USER": layout.hub_user,
         "PROXY_USER": layout.proxy_user,
-        "INTERNAL_CERTS": hub_config.internal_certs_location(settings),
-        "URL": hub_config.public_url(settings),
+        "INTERNAL_CERTS": site_settings.internal_certs_location(settings),
+        "URL": site_settings.public_url(settings),
         "PROXY_BIND": ":".join(proxy_args(settings, layout)[1:4:2]),
         "PROXY_NOTE": note,
     }
@@ -238,7 +237,7 @@ def install_templates(settings):
 
 
 def install_extend_helper(helper):
-    """A copy of portal/extendhelper.py, root's and 0755, in a folder of
+    """A copy of portal/helper/extend.py, root's and 0755, in a folder of
     root's. What sudo runs as root must be writable by root alone, however
     writable the repository is; the helper runs under ``/usr/bin/python3
     -I`` and imports the standard library only."""

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from deploy import nsswitch, tls_setup
 from deploy.base import DeployError, logger, main_of, make_dir, render, run, write_if_changed
+from portal.settings import portal_groups
 
 log = logger("ldap")
 
@@ -125,23 +126,6 @@ class Layout:
 
 
 # ---------------------------------------------------------------- pure
-
-
-def group_name(dn):
-    """The Unix name of an LDAP group (nslcd names groups by their cn): the
-    cn of ``dn``, else ``dn`` itself. (portal/auth.py's group_name answers
-    the same with ldap3's parser, for the hub.)
-
-    >>> group_name("cn=portal-admins,ou=groups,dc=portal,dc=example")
-    'portal-admins'
-    """
-    attr, _, value = dn.split(",", 1)[0].partition("=")
-    return value.strip() if attr.strip().lower() == "cn" else dn
-
-
-def portal_groups(settings):
-    """The Unix names of the groups that may log in ([ldap] allowed_groups), sorted."""
-    return sorted({group_name(dn) for dn in settings["ldap"]["allowed_groups"]})
 
 
 def files_sum(*contents):

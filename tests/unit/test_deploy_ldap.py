@@ -18,14 +18,13 @@ from deploy.ldap_setup import (
     base_entry,
     demo_ldif,
     files_sum,
-    group_name,
     migration,
     nslcd_conf,
     portal_groups,
     shell_lines,
     slapd_conf,
 )
-from portal.settings import defaults, merge
+from portal.settings import defaults, group_name, merge
 
 SETTINGS = defaults()
 LAYOUT = Layout.of(SETTINGS)
