@@ -121,6 +121,11 @@ def without_slow_iri_check(env):
 
 
 def install_package_copy(env):
+    # the server extension was portal.tensorboard before it became portal.session
+    stale = env / "etc" / "jupyter" / "jupyter_server_config.d" / "portal-tensorboard.json"
+    if stale.exists():
+        log(f"removing {stale} (the extension is portal.session now)")
+        stale.unlink()
     stamp, want = env / ".portal-package", package_stamp(REPO_DIR)
     if read(stamp) == want:
         return

@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 DEPLOY_DIR = Path(__file__).resolve().parent
-MAGIC_SOURCE = DEPLOY_DIR.parent / "portal" / "tensorboard" / "magic.py"
+MAGIC_SOURCE = DEPLOY_DIR.parent / "portal" / "session" / "tensorboard" / "magic.py"
 MAGIC_MODULE = "portal_tensorboard_magic"
 # Starts the Python kernels with ipykernel's last TCP socket on ipc too.
 LAUNCHER_SOURCE = DEPLOY_DIR.parent / "portal" / "session" / "kernel_launcher.py"
