@@ -43,7 +43,14 @@ from deploy.base import DEPLOY_DIR, REPO_DIR, DeployError, logger, main_of, run
 log = logger("envs")
 
 # What the jupyter environment's copy of the portal package is made of.
-PACKAGE_FILES = ("portal", "spawners", "setup.cfg", "pyproject.toml", "README.md")
+PACKAGE_FILES = (
+    "portal",
+    "spawners",
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+    "deploy/portal.toml",
+)
 # pip's noise about this machine's missing local index folders.
 PIP_NOISE = "is ignored: it is neither"
 MODULESPATH = Path("/etc/environment-modules/modulespath")
@@ -136,7 +143,8 @@ def install_package_copy(env):
                 ignore = shutil.ignore_patterns("__pycache__")
                 shutil.copytree(REPO_DIR / name, Path(src, name), ignore=ignore)
             else:
-                shutil.copy2(REPO_DIR / name, src)
+                Path(src, name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO_DIR / name, Path(src, name))
         pip(env, "install", "--no-deps", "--force-reinstall", src)
     stamp.write_text(want + "\n")
 

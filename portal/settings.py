@@ -23,6 +23,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "deploy" / "portal.toml"
+if not DEFAULTS.is_file():  # the package's copy in an environment (setup.cfg's data_files)
+    DEFAULTS = Path(sys.prefix) / "share" / "portal" / "portal.toml"
 SITE_FILE = "/etc/portal/portal.toml"
 
 

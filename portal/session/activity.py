@@ -33,12 +33,11 @@ from urllib.parse import quote
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from portal import tlscontext
+from portal.contract import SessionEnv
 
-INTERVAL_ENV = "PORTAL_ACTIVITY_SECONDS"
-GPU_BUSY_ENV = "PORTAL_GPU_BUSY_PERCENT"
-EXTRA_IDLE_ENV = "PORTAL_IDLE_EXTRA_SECONDS"
-DEFAULT_INTERVAL = 60.0
-DEFAULT_GPU_BUSY_PERCENT = 10.0
+SITE = SessionEnv.site_defaults()
+DEFAULT_INTERVAL = SITE.activity_seconds
+DEFAULT_GPU_BUSY_PERCENT = SITE.gpu_busy_percent
 
 log = logging.getLogger("portal.session.activity")
 
@@ -92,14 +91,6 @@ def isoformat(when):
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _number(environ, name, default):
-    try:
-        return float(environ.get(name, "") or default)
-    except ValueError:
-        log.warning("$%s=%r is not a number: %s is used", name, environ[name], default)
-        return default
-
-
 class ActivityReporter:
     """Samples the rule every ``interval`` seconds and reports it to the hub.
 
@@ -145,7 +136,8 @@ class ActivityReporter:
         """A reporter for the Jupyter server ``serverapp``, set up from the
         variables the hub and the spawner export; None when the server runs
         without a hub or ``$PORTAL_ACTIVITY_SECONDS`` is 0."""
-        interval = _number(environ, INTERVAL_ENV, DEFAULT_INTERVAL)
+        hub = SessionEnv.from_environ(environ)
+        interval = hub.activity_seconds
         token = environ.get("JUPYTERHUB_API_TOKEN", "")
         url = environ.get("JUPYTERHUB_ACTIVITY_URL", "")
         if not url and environ.get("JUPYTERHUB_API_URL") and environ.get("JUPYTERHUB_USER"):
@@ -163,8 +155,8 @@ class ActivityReporter:
             token=token,
             server_name=environ.get("JUPYTERHUB_SERVER_NAME", ""),
             interval=interval,
-            gpu_busy_percent=_number(environ, GPU_BUSY_ENV, DEFAULT_GPU_BUSY_PERCENT),
-            extra_idle_seconds=_number(environ, EXTRA_IDLE_ENV, 0.0),
+            gpu_busy_percent=hub.gpu_busy_percent,
+            extra_idle_seconds=hub.idle_extra_seconds,
             ssl_options=ssl_options,
             log=log,
         )

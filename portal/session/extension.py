@@ -5,6 +5,7 @@ import os
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
+from portal.contract import TENSORBOARD_API
 from portal.session.activity import ActivityReporter
 from portal.session.gpus import GPUsAPIHandler
 from portal.session.nvml import NVMLReader
@@ -19,7 +20,7 @@ from .tensorboard.handlers import (
 from .tensorboard.logdir import ID_PATTERN
 from .tensorboard.manager import TensorBoardManager
 
-API_ENV = "PORTAL_TENSORBOARD_API"
+API_ENV = TENSORBOARD_API
 
 
 def api_url(serverapp):

@@ -13,13 +13,14 @@ import os
 import time
 from datetime import UTC, datetime
 
+from portal.contract import SessionEnv
 from portal.slurm import commands
 from portal.slurm.model import parse_time
 from portal.slurm.parse import SlurmError
 
 JOB_ENV = "SLURM_JOB_ID"
-WARN_ENV = "PORTAL_WARN_MINUTES"  # exported by the hub: PortalSpawner.warn_minutes
-DEFAULT_WARN_MINUTES = 15
+WARN_ENV = SessionEnv.variable("warn_minutes")  # exported by the hub (portal.contract)
+DEFAULT_WARN_MINUTES = SessionEnv.site_defaults().warn_minutes
 MAX_AGE = 20.0  # seconds an end read from Slurm is served again
 FRESH_AGE = 2.0  # seconds a request for a fresh end (a tab opened or focused) takes an old one
 TIMEOUT = 10.0  # seconds squeue may take
@@ -113,8 +114,7 @@ def seconds_left(end, now):
 def warn_minutes(environ=os.environ):
     """``$PORTAL_WARN_MINUTES``: minutes before the end that JupyterLab warns
     (0: never); DEFAULT_WARN_MINUTES when unset or not a whole number."""
-    value = environ.get(WARN_ENV, "").strip()
-    return int(value) if value.isascii() and value.isdigit() else DEFAULT_WARN_MINUTES
+    return SessionEnv.from_environ(environ).warn_minutes
 
 
 def extend_url(environ=os.environ):

@@ -14,8 +14,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from tornado import web
 
-LOG_DIR_ENV = "PORTAL_LOG_DIR"
-DEFAULT_LOG_DIR = ".portal/logs"
+from portal.contract import SessionEnv
+
 JOB_ID_PATTERN = r"[0-9]{1,12}"
 MAX_BYTES = 4 * 1024 * 1024  # the last 4 MiB of a long log
 
@@ -25,7 +25,7 @@ def job_log_path(job_id, home=None, log_dir=None):
     if not (job_id.isascii() and job_id.isdigit()):
         raise ValueError(f"not a job id: {job_id!r}")
     home = home or os.path.expanduser("~")
-    log_dir = log_dir or os.environ.get(LOG_DIR_ENV) or DEFAULT_LOG_DIR
+    log_dir = log_dir or SessionEnv.from_environ().log_dir
     return os.path.join(home, log_dir, f"jupyter-{job_id}.log")
 
 

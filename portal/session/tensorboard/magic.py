@@ -24,7 +24,7 @@ import ssl
 import urllib.error
 import urllib.request
 
-API_ENV = "PORTAL_TENSORBOARD_API"
+API_ENV = "PORTAL_TENSORBOARD_API"  # portal.contract.TENSORBOARD_API (this file is copied alone)
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
 MAGIC = "tensorboard"
 TIMEOUT = 120  # seconds TensorBoard may take to start
