@@ -27,6 +27,7 @@ from jupyterhub.utils import random_port
 from portal import settings as site_settings
 from portal.core.slice import make_slice
 from portal.core.tlsnames import node_alt_names
+from portal.slurm.commands import resource_options
 from spawners.spawner import read_session_tls
 from tests.support.hubsettings import CA_CERT
 from tests.support.jobs import partition_nodes
@@ -170,7 +171,7 @@ exec jupyterhub-singleuser --ip="$address" --port={port}
 """
     argv = [
         "sbatch", "--parsable", f"--job-name={FLOOR_JOB}", f"--chdir={home}",
-        f"--output={folder}/job-%j.log", *job_slice.sbatch_args(),
+        f"--output={folder}/job-%j.log", *resource_options(job_slice),
     ]  # fmt: skip
     wall0, mono0 = time.time(), time.monotonic()
     as_user(name, argv, input=script)

@@ -272,7 +272,7 @@ class SlurmPoller:
 
     async def _refresh_expected_starts(self):
         """``sbatch --test-only`` for each slice that no node can take now,
-        with the same options as its real submission (``Slice.sbatch_args``)."""
+        with the same options as its real submission (``sbatch_argv``)."""
         expected = {}
         for job_slice in dict.fromkeys(self.will_run_slices()):
             partition = self.partitions.get(job_slice.partition)

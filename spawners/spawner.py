@@ -662,17 +662,12 @@ class PortalSpawner(SlurmSpawner):
             cmd=self.cmd_formatted_for_batch(),
         )
         self.session_tls = None  # the key is in the script alone from here
-        options = [
-            f"--job-name={self.job_name}",
-            f"--chdir={home}",
-            "--output=/dev/null",
-            *job_slice.sbatch_args(),
-        ]
+        argv = slurm.sbatch_argv(job_slice, job_name=self.job_name, chdir=home)
         self.log.info("Submitting for %s: %s", self.user.name, job_slice.describe())
-        self.log.debug("sbatch for %s: %s", self.user.name, options)
+        self.log.debug("sbatch for %s: %s", self.user.name, argv)
         try:
             self.job_id = await slurm.submit(
-                self.user.name, script, options, timeout=self.slurm_timeout
+                self.user.name, script, argv, timeout=self.slurm_timeout
             )
             # only a query begun after sbatch returned must list the job
             self.submitted_at = time.monotonic()

@@ -1,7 +1,8 @@
-"""The GPU slice: where a GPU count becomes cores, memory and sbatch options.
+"""The GPU slice: where a GPU count becomes cores and memory.
 
 Pure functions, no Slurm: every request the portal submits passes through
-``make_slice``, and its result is the only source of the job's resources.
+``make_slice``, and its result is the only source of the job's resources
+(``portal.slurm.commands.sbatch_argv`` puts them on sbatch's command line).
 """
 
 import re
@@ -64,20 +65,11 @@ class Slice:
         return f"{self.mem_gb} GB" + (" per node" if self.nodes > 1 else "")
 
     def sbatch_args(self):
-        """The resource options of the job, as sbatch arguments: one task per
-        GPU on each node, so that ``srun`` in the session starts one process
-        per GPU across the allocation; ``--gres`` and ``--mem`` are per node."""
-        return [
-            f"--nodes={self.nodes}",
-            f"--ntasks-per-node={self.gpus}",
-            f"--partition={self.partition}",
-            f"--gres=gpu:{self.gpus}",
-            f"--cpus-per-task={self.cores_per_gpu}",
-            f"--mem={self.mem_gb}G",
-            f"--time={self.time_limit}",
-            # a requeued session could not report its port again: it ends instead
-            "--no-requeue",
-        ]
+        """The slice's options on sbatch's command line, which
+        ``portal.slurm.commands.sbatch_argv`` writes (kept for deploy/smoke.py)."""
+        from portal.slurm.commands import resource_options
+
+        return resource_options(self)
 
     def describe(self):
         """``2 GPUs, 16 cores, 96 GB, 8 h on partition gpu``; over several nodes,

@@ -108,7 +108,7 @@ def resource_lines(profile):
         label = (
             count(gpus, "GPU") if nodes == 1 else f"{count(nodes, 'node')} × {count(gpus, 'GPU')}"
         )
-        lines[label] = "sbatch " + " ".join(job_slice.sbatch_args())
+        lines[label] = "sbatch " + " ".join(slurm.resource_options(job_slice))
     return lines
 
 

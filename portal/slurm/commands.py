@@ -45,7 +45,7 @@ SINFO_FIELDS = [
     "Time:24",
 ]
 
-__all__ = ["MINIMAL_ENV", "SlurmError", "as_user", "run"]
+__all__ = ["MINIMAL_ENV", "SlurmError", "as_user", "run", "sbatch_argv"]
 
 
 async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
@@ -105,6 +105,58 @@ def as_root_helper(*args):
     return ["sudo", "-n", "--", extendhelper.INSTALLED_AT, *args]
 
 
+# -- the sbatch command line -----------------------------------------------
+
+
+def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
+    """sbatch's whole command line for a session of ``job_slice``: every
+    option the portal gives sbatch is here (the batch script has no
+    ``#SBATCH`` line). The slice's values are per node; one task per GPU on
+    each node, so that ``srun`` in the session starts one process per GPU.
+
+    The submission (``submit``, which runs it as the user) prints only the job
+    id, names the job ``job_name`` (what the shared squeue lists), starts in
+    ``chdir`` (the user's home) and leaves sbatch's own output unwritten (the
+    script opens its log itself). For 2 GPUs for 8 hours on partition ``gpu``
+    (16 cores, 96 GB)::
+
+        sbatch --parsable --job-name=portal-jupyter --chdir=/home/ada --output=/dev/null
+            --nodes=1 --ntasks-per-node=2 --partition=gpu --gres=gpu:2 --cpus-per-task=8
+            --mem=96G --time=8:00:00 --no-requeue
+
+    ``test_only``: the query behind the spawn page's expected start, with the
+    same resources, submitting nothing::
+
+        sbatch --test-only --nodes=1 ... --no-requeue --wrap=true
+    """
+    if test_only:
+        head, tail = ["--test-only"], ["--wrap=true"]
+    else:
+        head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", "--output=/dev/null"]
+        tail = []
+    return [
+        "sbatch",
+        *head,
+        f"--nodes={job_slice.nodes}",
+        f"--ntasks-per-node={job_slice.gpus}",
+        f"--partition={job_slice.partition}",
+        f"--gres=gpu:{job_slice.gpus}",
+        f"--cpus-per-task={job_slice.cores_per_gpu}",
+        f"--mem={job_slice.mem_gb}G",
+        f"--time={job_slice.time_limit}",
+        # a requeued session could not report its port again: it ends instead
+        "--no-requeue",
+        *tail,
+    ]
+
+
+def resource_options(job_slice):
+    """The slice's own options on ``sbatch_argv``'s command line (from
+    ``--nodes`` to ``--no-requeue``), as the admin service shows them and
+    deploy/smoke.py submits its jobs with them."""
+    return sbatch_argv(job_slice, test_only=True)[2:-1]
+
+
 # -- as the hub's account --------------------------------------------------
 
 
@@ -123,7 +175,7 @@ async def partitions(timeout):
 async def expected_start(job_slice, timeout):
     """When Slurm would start a job of ``job_slice`` (``sbatch --test-only``,
     the same resource options as the real submission), or None."""
-    argv = ["sbatch", "--test-only", *job_slice.sbatch_args(), "--wrap=true"]
+    argv = sbatch_argv(job_slice, test_only=True)
     return parse_will_run(await run(argv, timeout=timeout, with_stderr=True))
 
 
@@ -231,11 +283,14 @@ async def may_run_helper(timeout):
 # -- as a user -------------------------------------------------------------
 
 
-async def submit(username, script, options, timeout):
-    """Submit ``script`` (on stdin) as ``username`` with sbatch ``options``;
-    returns the job id. sbatch gets the reset environment of sudo."""
-    argv = as_user(username, ["sbatch", "--parsable", *options])
-    return parse_job_id(await run(argv, input=script, timeout=timeout))
+async def submit(username, script, argv, timeout):
+    """Submit ``script`` (on stdin) as ``username`` with ``argv``, sbatch's
+    whole command line (``sbatch_argv``); returns the job id. sbatch gets the
+    reset environment of sudo."""
+    if argv[:1] != ["sbatch"]:
+        # options alone, as deploy/smoke.py still passes them: sbatch --parsable first
+        argv = ["sbatch", "--parsable", *argv]
+    return parse_job_id(await run(as_user(username, argv), input=script, timeout=timeout))
 
 
 async def cancel(username, job_ids, timeout):
