@@ -18,7 +18,6 @@ report, its traits); what changes:
 
 import asyncio
 import os
-import pwd
 import re
 import socket
 import ssl
@@ -43,7 +42,6 @@ from portal.core.profiles import (
     ProfileError,
     choose,
     profile_from_dict,
-    unix_groups,
 )
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
@@ -54,6 +52,7 @@ from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
 
+from . import accounts
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
@@ -394,58 +393,25 @@ class PortalSpawner(SlurmSpawner):
                 )
         return profiles
 
-    # user name -> (monotonic time, passwd entry, groups), shared by the hub's spawners
-    _accounts_seen = {}
-
-    def _looked_up(self):
-        """The user's passwd entry and groups (LDAP, through NSS), looked up at
-        most every ``groups_ttl`` seconds: each NSS lookup through nslcd blocks
-        the hub's one thread for milliseconds, and the spawn page needs both at
-        every render. An unknown account is an error that says what to check
-        (and is not kept)."""
-        seen = self._accounts_seen.get(self.user.name)
-        if seen and time.monotonic() - seen[0] < self.groups_ttl:
-            return seen
-        try:
-            entry = pwd.getpwnam(self.user.name)
-        except KeyError:
-            raise web.HTTPError(
-                500,
-                f"The account {self.user.name} is not known as a Unix user on the hub: "
-                "check that LDAP users resolve (getent passwd).",
-            ) from None
-        seen = (time.monotonic(), entry, unix_groups(entry))
-        self._accounts_seen[self.user.name] = seen
-        return seen
-
     def account(self):
-        """The user's passwd entry."""
-        return self._looked_up()[1]
+        """The user's passwd entry (``spawners.accounts``: kept ``groups_ttl`` seconds)."""
+        return accounts.looked_up(self.user.name, self.groups_ttl)[1]
 
     def user_groups(self):
-        """The user's Unix/LDAP groups."""
-        return self._looked_up()[2]
+        """The user's Unix/LDAP groups (kept ``groups_ttl`` seconds)."""
+        return accounts.looked_up(self.user.name, self.groups_ttl)[2]
 
     def check_account(self):
-        """Refuse, with ProfileError, an account that may not run sessions: a
-        uid outside ``uid_min``..``uid_max`` (system accounts) or in none of
-        ``allowed_unix_groups``. Returns the user's groups."""
-        entry = self.account()
-        if not self.uid_min <= entry.pw_uid <= self.uid_max:
-            raise ProfileError(
-                f"The account {self.user.name} cannot run portal sessions: its uid "
-                f"{entry.pw_uid} is outside the portal's user range "
-                f"({self.uid_min}-{self.uid_max})",
-                "user",
-            )
-        groups = self.user_groups()
-        if self.allowed_unix_groups and not set(groups) & set(self.allowed_unix_groups):
-            raise ProfileError(
-                f"The account {self.user.name} cannot run portal sessions: it is in "
-                f"none of the portal's groups ({', '.join(self.allowed_unix_groups)})",
-                "user",
-            )
-        return groups
+        """Refuse, with ProfileError, an account outside ``uid_min``..``uid_max``
+        or in none of ``allowed_unix_groups``. Returns the user's groups."""
+        return accounts.check_account(
+            self.user.name,
+            self.account(),
+            self.user_groups(),
+            uid_min=self.uid_min,
+            uid_max=self.uid_max,
+            allowed_groups=self.allowed_unix_groups,
+        )
 
     def offered_profiles(self):
         groups = self.check_account()
