@@ -23,24 +23,20 @@ import socket
 import ssl
 import time
 from datetime import datetime
-from html import escape as html_escape
 from inspect import isawaitable
 from pathlib import Path
 
 from batchspawner import SlurmSpawner
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
 from portal.core.idle import describe_idle, session_idle_seconds
-from portal.core.numbers import whole_number
 from portal.core.profiles import (
     MAX_HOURS,
     SLICE_FIELDS,
     Profile,
     ProfileError,
-    choose,
     profile_from_dict,
 )
 from portal.core.script import render_batch_script
@@ -52,46 +48,22 @@ from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
 
-from . import accounts
+from . import accounts, form
+from .form import LinkOptions
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
-TEMPLATES = Path(__file__).parent / "templates"  # the spawn form
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
 CULLING = defaults()["culling"]
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
-OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
 # Hours a session's internal TLS certificate is valid: the longest any
 # session may run, extensions included (a profile's max_hours is at most
 # MAX_HOURS), and an hour more; JupyterHub's own are valid for five years.
 CERT_HOURS = MAX_HOURS + 1
 # Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def link_notes(link, profile, values):
-    """What the form could not take from a spawn link's values, and what it
-    shows instead: a link never fails silently."""
-    notes = []
-    if link.get("profile") and link["profile"] != profile["name"]:
-        notes.append(
-            f"The link's profile {link['profile'][:40]!r} is not available to you: "
-            f"{profile['display_name']} is shown."
-        )
-        return notes
-    limits = {"gpus": profile["offered_gpus"], "nodes": profile["offered_nodes"]}
-    limits["hours"] = profile["max_hours"]
-    for key, high in limits.items():
-        given = link.get(key)
-        if given not in (None, "") and whole_number(given) != values[key]:
-            notes.append(
-                f"The link's {key}={given[:20]!r} does not fit {profile['display_name']} "
-                f"(1 to {high}): {values[key]} is set."
-            )
-    return notes
 
 
 def read_session_tls(paths):
@@ -111,17 +83,6 @@ def read_session_tls(paths):
     }
     key.unlink()
     return tls
-
-
-class LinkOptions(Exception):
-    """A GET spawn link's options: shown in the form for the user to confirm,
-    never started at once (a link from another site must not start a job)."""
-
-
-_html = Environment(
-    loader=FileSystemLoader(str(TEMPLATES)),
-    autoescape=select_autoescape(default=True),
-)
 
 
 class PortalSpawner(SlurmSpawner):
@@ -349,6 +310,7 @@ class PortalSpawner(SlurmSpawner):
     port_reported = False
     timeline = {}  # event -> seconds since start() began (this spawn's; logged once up)
     _began = 0.0
+    _link_options = None  # a spawn link's values, for the next form render
 
     @property
     def poller(self):
@@ -420,49 +382,18 @@ class PortalSpawner(SlurmSpawner):
     def resolve_options(self, options):
         """(profile, slice) for ``options``, checked against the profiles and the
         user's groups; ProfileError or SliceError with a message for the user."""
-        if not isinstance(options, dict):
-            raise ProfileError("options must be an object")
-        unknown = sorted(repr(str(k)[:40]) for k in set(options) - OPTION_KEYS)
-        if unknown:
-            raise ProfileError(f"Unknown option(s): {', '.join(unknown)}", "options")
-        for key, value in options.items():
-            if isinstance(value, str) and CONTROL_RE.search(value):
-                raise ProfileError(f"{key} must not contain control characters", key)
-        groups = self.check_account()
-        offered = [p for p in self.profiles() if p.allows(groups)]
-        if not offered:
-            raise ProfileError("No profile is available to you; ask your admin", "profile")
-        name = options.get("profile") or offered[0].name  # the first is the default
-        profile = choose(offered, name, groups)
-        job_slice = profile.make_slice(
-            options.get("gpus", 1), options.get("hours"), options.get("nodes")
-        )
-        return profile, job_slice
-
-    @staticmethod
-    def valid_options(profile, job_slice):
-        """The options that give ``job_slice`` of ``profile``, as they are kept."""
-        return {
-            "profile": profile.name,
-            "gpus": job_slice.gpus,
-            "hours": job_slice.hours,
-            "nodes": job_slice.nodes,
-        }
+        form.check_options(options)
+        return form.resolve(options, self.profiles(), self.check_account())
 
     def options_from_form(self, formdata):
         """The form's fields, validated; a ValueError re-renders the form with its message."""
-        options = {key: formdata.get(key, [""])[0].strip() for key in OPTION_KEYS}
-        return self.valid_options(*self.resolve_options(options))
-
-    _link_options = None
+        return form.valid_options(*self.resolve_options(form.form_fields(formdata)))
 
     def options_from_query(self, query_data):
         """A spawn link (GET /hub/spawn?profile=...&gpus=...) never starts a job
         by itself: its values pre-fill the form, and the user presses Start.
         (JupyterHub renders the form with this exception's message.)"""
-        self._link_options = {
-            key: str(query_data.get(key, [""])[0])[:100] for key in OPTION_KEYS if key in query_data
-        }
+        self._link_options = form.link_fields(query_data)
         raise LinkOptions("Check the session below and press Start to launch it.")
 
     def load_user_options(self, user_options):
@@ -474,7 +405,7 @@ class PortalSpawner(SlurmSpawner):
         except (ProfileError, SliceError) as e:
             self._restore_last_options()
             raise web.HTTPError(400, str(e)) from None
-        self.last_options = self.valid_options(self.profile, self.job_slice)
+        self.last_options = form.valid_options(self.profile, self.job_slice)
         return self.job_slice
 
     def _restore_last_options(self):
@@ -493,78 +424,19 @@ class PortalSpawner(SlurmSpawner):
         return self.render_options_form()
 
     def render_options_form(self):
+        """The spawn page (``spawners.form``) for the profiles this user may run."""
         try:
             offered = self.offered_profiles()
         except ProfileError as e:
-            return f"<p class='alert alert-warning'>{html_escape(str(e))}.</p>"
+            return form.refusal(f"{e}.")
         if not offered:
-            return (
-                "<p class='alert alert-warning'>No profile is available to you; ask your admin.</p>"
-            )
+            return form.refusal("No profile is available to you; ask your admin.")
         poller = self.poller
         if not poller.partitions:
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
-        link = self._link_options
-        if link is not None:
-            # a link's values alone: what it leaves out takes the profile's defaults
-            last, self._link_options = link, None
-        profiles = []
-        for p in offered:
-            part = poller.partitions.get(p.partition)
-            node_gpus = part.largest_node.gpus if part and part.largest_node else p.max_gpus
-            node_count = len(part.nodes) if part else p.max_nodes
-            profiles.append(
-                {
-                    **p.to_dict(),
-                    "offered_gpus": max(1, min(p.max_gpus, node_gpus)),
-                    "offered_nodes": max(1, min(p.max_nodes, node_count)),
-                    "free": part.gpus_free if part else None,
-                    "total": part.gpus if part else None,
-                    "largest_free": part.largest_free if part else None,
-                    # GPUs free on each node, most first: where N nodes x G GPUs fit now
-                    "nodes_free": sorted((n.gpus_free for n in part.nodes), reverse=True)
-                    if part
-                    else None,
-                    "expected": {
-                        str(g): start.strftime("%a %H:%M")
-                        for g in range(1, p.max_gpus + 1)
-                        if (start := poller.expected_start.get(p.make_slice(g, p.default_hours)))
-                    },
-                }
-            )
-        chosen = (
-            last.get("profile")
-            if last.get("profile") in {p.name for p in offered}
-            else offered[0].name
-        )
-        # The chosen profile's GPU and node choices and hours are in the HTML
-        # itself, so the form works before (or without) its script: the last or
-        # linked values where they fit the profile, else 1 GPU on 1 node and
-        # its default hours.
-        current = next(p for p in profiles if p["name"] == chosen)
-        same = last.get("profile") == chosen
-        gpus = whole_number(last.get("gpus")) if same else None
-        nodes = whole_number(last.get("nodes")) if same else None
-        hours = whole_number(last.get("hours")) if same else None
-        values = {
-            "gpus": gpus if gpus and gpus <= current["offered_gpus"] else 1,
-            "nodes": nodes if nodes and nodes <= current["offered_nodes"] else 1,
-            "hours": hours if hours and hours <= current["max_hours"] else current["default_hours"],
-        }
-        return _html.get_template("form.html.j2").render(
-            profiles=profiles,
-            chosen=chosen,
-            current=current,
-            gpus_value=values["gpus"],
-            nodes_value=values["nodes"],
-            hours_value=values["hours"],
-            link_notes=link_notes(link, current, values) if link else [],
-            last=last,
-            partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
-            cluster_error=poller.cluster_error,
-            known=bool(poller.partitions),
-        )
+        link, self._link_options = self._link_options, None
+        return form.render_options_form(offered, poller, last, link)
 
     # -- running Slurm's commands ---------------------------------------
 

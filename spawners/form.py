@@ -1,0 +1,193 @@
+"""The spawn page: its options and their rendering.
+
+What the form offers (each profile the user may run, sized by what the
+shared poll sees of its partition), how its fields, a spawn link's query and
+the REST API's options become a profile and a slice, and the HTML
+(templates/form.html.j2, autoescaped). Plain functions of explicit inputs;
+``PortalSpawner.options_form``, ``options_from_form``, ``options_from_query``
+and ``load_user_options``, which JupyterHub calls, delegate here.
+"""
+
+import re
+from html import escape as html_escape
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from portal.core.numbers import whole_number
+from portal.core.profiles import ProfileError, choose
+
+TEMPLATES = Path(__file__).parent / "templates"
+OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+_html = Environment(
+    loader=FileSystemLoader(str(TEMPLATES)),
+    autoescape=select_autoescape(default=True),
+)
+
+
+class LinkOptions(Exception):
+    """A GET spawn link's options: shown in the form for the user to confirm,
+    never started at once (a link from another site must not start a job)."""
+
+
+# -- options -----------------------------------------------------------------
+
+
+def check_options(options):
+    """Refuse, with ProfileError, options that are no object, have a key the
+    form does not have, or a value with control characters."""
+    if not isinstance(options, dict):
+        raise ProfileError("options must be an object")
+    unknown = sorted(repr(str(k)[:40]) for k in set(options) - OPTION_KEYS)
+    if unknown:
+        raise ProfileError(f"Unknown option(s): {', '.join(unknown)}", "options")
+    for key, value in options.items():
+        if isinstance(value, str) and CONTROL_RE.search(value):
+            raise ProfileError(f"{key} must not contain control characters", key)
+
+
+def resolve(options, profiles, groups):
+    """(profile, slice) for ``options`` (checked by ``check_options``) among
+    the ``profiles`` a member of ``groups`` may use; the first offered is the
+    default. ProfileError or SliceError with a message for the user."""
+    offered = [p for p in profiles if p.allows(groups)]
+    if not offered:
+        raise ProfileError("No profile is available to you; ask your admin", "profile")
+    name = options.get("profile") or offered[0].name
+    profile = choose(offered, name, groups)
+    job_slice = profile.make_slice(
+        options.get("gpus", 1), options.get("hours"), options.get("nodes")
+    )
+    return profile, job_slice
+
+
+def valid_options(profile, job_slice):
+    """The options that give ``job_slice`` of ``profile``, as they are kept."""
+    return {
+        "profile": profile.name,
+        "gpus": job_slice.gpus,
+        "hours": job_slice.hours,
+        "nodes": job_slice.nodes,
+    }
+
+
+def form_fields(formdata):
+    """The form's fields (``{key: [value]}``), stripped, as options."""
+    return {key: formdata.get(key, [""])[0].strip() for key in OPTION_KEYS}
+
+
+def link_fields(query_data):
+    """A spawn link's values (GET /hub/spawn?profile=...&gpus=...), as given."""
+    return {
+        key: str(query_data.get(key, [""])[0])[:100] for key in OPTION_KEYS if key in query_data
+    }
+
+
+def link_notes(link, profile, values):
+    """What the form could not take from a spawn link's values, and what it
+    shows instead: a link never fails silently."""
+    notes = []
+    if link.get("profile") and link["profile"] != profile["name"]:
+        notes.append(
+            f"The link's profile {link['profile'][:40]!r} is not available to you: "
+            f"{profile['display_name']} is shown."
+        )
+        return notes
+    limits = {"gpus": profile["offered_gpus"], "nodes": profile["offered_nodes"]}
+    limits["hours"] = profile["max_hours"]
+    for key, high in limits.items():
+        given = link.get(key)
+        if given not in (None, "") and whole_number(given) != values[key]:
+            notes.append(
+                f"The link's {key}={given[:20]!r} does not fit {profile['display_name']} "
+                f"(1 to {high}): {values[key]} is set."
+            )
+    return notes
+
+
+# -- the page ----------------------------------------------------------------
+
+
+def offered_choices(offered, partitions, expected_start):
+    """Each offered profile as the page shows it: its fields, the GPUs and
+    nodes it can have now (its own limits, within its partition's largest
+    node and node count), what is free, and the expected starts of the sizes
+    no node can take now (``expected_start``: Slice -> datetime)."""
+    profiles = []
+    for p in offered:
+        part = partitions.get(p.partition)
+        node_gpus = part.largest_node.gpus if part and part.largest_node else p.max_gpus
+        node_count = len(part.nodes) if part else p.max_nodes
+        profiles.append(
+            {
+                **p.to_dict(),
+                "offered_gpus": max(1, min(p.max_gpus, node_gpus)),
+                "offered_nodes": max(1, min(p.max_nodes, node_count)),
+                "free": part.gpus_free if part else None,
+                "total": part.gpus if part else None,
+                "largest_free": part.largest_free if part else None,
+                # GPUs free on each node, most first: where N nodes x G GPUs fit now
+                "nodes_free": sorted((n.gpus_free for n in part.nodes), reverse=True)
+                if part
+                else None,
+                "expected": {
+                    str(g): start.strftime("%a %H:%M")
+                    for g in range(1, p.max_gpus + 1)
+                    if (start := expected_start.get(p.make_slice(g, p.default_hours)))
+                },
+            }
+        )
+    return profiles
+
+
+def chosen_values(profiles, last):
+    """``(chosen profile's name, its choice, {"gpus", "nodes", "hours"})``:
+    the chosen profile's GPU and node choices and hours are in the HTML
+    itself, so the form works before (or without) its script: the ``last``
+    or linked values where they fit the profile, else 1 GPU on 1 node and
+    its default hours."""
+    names = {p["name"] for p in profiles}
+    chosen = last.get("profile") if last.get("profile") in names else profiles[0]["name"]
+    current = next(p for p in profiles if p["name"] == chosen)
+    same = last.get("profile") == chosen
+    gpus = whole_number(last.get("gpus")) if same else None
+    nodes = whole_number(last.get("nodes")) if same else None
+    hours = whole_number(last.get("hours")) if same else None
+    values = {
+        "gpus": gpus if gpus and gpus <= current["offered_gpus"] else 1,
+        "nodes": nodes if nodes and nodes <= current["offered_nodes"] else 1,
+        "hours": hours if hours and hours <= current["max_hours"] else current["default_hours"],
+    }
+    return chosen, current, values
+
+
+def refusal(message):
+    """The page for a user who can run no session, saying why."""
+    return f"<p class='alert alert-warning'>{html_escape(message)}</p>"
+
+
+def render_options_form(offered, poller, last, link=None):
+    """The spawn page's HTML for the ``offered`` profiles (at least one),
+    sized by what the shared ``poller`` knows now, pre-filled with the
+    ``last`` options or a spawn ``link``'s values (then with notes on what
+    did not fit)."""
+    if link is not None:
+        # a link's values alone: what it leaves out takes the profile's defaults
+        last = link
+    profiles = offered_choices(offered, poller.partitions, poller.expected_start)
+    chosen, current, values = chosen_values(profiles, last)
+    return _html.get_template("form.html.j2").render(
+        profiles=profiles,
+        chosen=chosen,
+        current=current,
+        gpus_value=values["gpus"],
+        nodes_value=values["nodes"],
+        hours_value=values["hours"],
+        link_notes=link_notes(link, current, values) if link else [],
+        last=last,
+        partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
+        cluster_error=poller.cluster_error,
+        known=bool(poller.partitions),
+    )
