@@ -41,14 +41,12 @@ from portal.core.profiles import (
 )
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
-from portal.core.timelimit import describe_minutes, hours_left
 from portal.core.tlsnames import node_alt_names
 from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
-from portal.slurm.model import describe_end
 
-from . import accounts, form
+from . import accounts, card, form
 from .form import LinkOptions
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
@@ -921,92 +919,45 @@ class PortalSpawner(SlurmSpawner):
             await poller.wait_changed(2)
 
     def _progress_message(self, poller):
-        if not self.job_id:
-            return {"progress": 10, "message": "Submitting the job to Slurm..."}
-        slice_text = self.job_slice.describe() if self.job_slice else ""
-        job = poller.job(self.job_id)
-        if job is None:
-            return {"progress": 20, "message": f"Submitted Slurm job {self.job_id}: {slice_text}"}
-        if job.pending:
-            when = ""
-            if job.start:
-                when = f"; expected start {job.start:%a %H:%M}"
-                minutes = int((job.start - datetime.now()).total_seconds() // 60)
-                if minutes > 0:
-                    when += f" (in {minutes // 60} h {minutes % 60} min)"
-            reason = job.reason or "waiting"
-            return {"progress": 30, "message": f"Job {self.job_id} queued: {reason}{when}"}
-        if self.port_reported:
-            return {"progress": 90, "message": f"Jupyter is up on {job.node}; connecting..."}
-        return {
-            "progress": 60,
-            "message": f"Job {self.job_id} allocated on {', '.join(job.nodes)}; "
-            "starting Jupyter...",
-        }
+        job = poller.job(self.job_id) if self.job_id else None
+        return card.progress_message(self.job_id, self.job_slice, job, self.port_reported)
 
     # -- the session card ----------------------------------------------------
 
     def ended_info(self):
         """How the last session ended when neither the user nor the hub
-        stopped it (or the idle culler did), for the home page: ``{"job_id",
-        "nodes", "reason", "why", "ended"}``, or None."""
+        stopped it (or the idle culler did), for the home page
+        (``spawners.card``), or None."""
         if self.job_id or not self.last_end:
             return None
-        if self.last_end.get("idle_seconds"):
-            idle = describe_idle(self.last_end["idle_seconds"])
-            return {**self.last_end, "why": f"stopped after {idle} idle"}
-        reason = self.last_end.get("reason", "")
-        return {**self.last_end, "why": describe_end(reason, self.last_end.get("memory", ""))}
+        return card.ended_info(self.last_end)
 
     def session_info(self):
         """What the home page's session card shows (no Slurm call)."""
         if not self.job_id:
             return None
         job = self.poller.job(self.job_id)
-        nodes = job.nodes if job else (self.ip,) if self.ip else ()
-        # key "": the first node's, as a hub before multi-node sessions kept them
-        indices = self.gpu_indices
-        info = {
-            "job_id": self.job_id,
-            "profile": self.profile.display_name if self.profile else "",
-            "revision": self.profile.revision if self.profile else 0,
-            "slice": self.job_slice,
-            "nodes": [
-                {"name": node, "gpus": indices.get(node) or (indices.get("", "") if i == 0 else "")}
-                for i, node in enumerate(nodes)
-            ],
-            "state": job.state if job else ("UNKNOWN" if self.poller.unknown else ""),
-            "log": self.job_log,
-            "time_left": "",
-        }
-        if job and job.end and job.running:
-            left = int((job.end - datetime.now()).total_seconds() // 60)
-            info["time_left"] = f"{left // 60} h {left % 60:02d} min" if left > 0 else "ending"
-        info.update(self._extend_info(job))
-        return info
+        return card.session_info(
+            self.job_id,
+            job,
+            ip=self.ip,
+            gpu_indices=self.gpu_indices,
+            profile=self.profile,
+            job_slice=self.job_slice,
+            unknown=self.poller.unknown,
+            log=self.job_log,
+            extend=self._extend_info(job),
+        )
 
     def _extend_info(self, job):
-        """The card's time limit (Slurm's, which an extension changes) and how
-        many more hours the profile allows now (the store's ``max_hours``, as
-        ``portal.extend`` checks it): ``extend_hours``, 0 when none; and
-        ``extend_unavailable``, why the hub can extend no session."""
-        limit = job.time_limit if job else None
-        if limit is None and self.job_slice:
-            limit = self.job_slice.hours * 60
+        """The card's time limit and how many more hours the profile, as the
+        store has it now, allows (``spawners.card.extend_info``)."""
         profile = self.profile
         if profile is not None:
             current = [p for p in self.profiles() if p.name == profile.name]
             profile = current[0] if current else profile
-        more = 0
-        if profile is not None and limit is not None and job is not None and job.running:
-            more = hours_left(limit, profile.max_hours)
         unavailable = ExtensionCheck.shared(self.slurm_timeout, self.job_name).last_verdict()
-        return {
-            "time_limit": describe_minutes(limit) if limit is not None else "",
-            "max_hours": profile.max_hours if profile is not None else 0,
-            "extend_hours": more,
-            "extend_unavailable": str(unavailable or ""),
-        }
+        return card.extend_info(job, self.job_slice, profile, unavailable)
 
     # -- state -------------------------------------------------------------
 

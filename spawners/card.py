@@ -1,0 +1,101 @@
+"""What the home page's session card and the spawn's progress page show.
+
+Plain functions of what the spawner and the shared poll know (no Slurm
+call): the session's job, nodes, GPUs, time left and how far it may be
+extended; how the last session ended when the user did not stop it; and
+the progress messages of a starting session. ``PortalSpawner.session_info``,
+``ended_info`` and ``progress`` pass their values here.
+"""
+
+from datetime import datetime
+
+from portal.core.idle import describe_idle
+from portal.core.timelimit import describe_minutes, hours_left
+from portal.slurm.model import describe_end
+
+
+def progress_message(job_id, job_slice, job, port_reported):
+    """The progress page's ``{"progress", "message"}`` for a spawn whose job
+    is ``job_id`` (none yet: being submitted) and as the poll lists it
+    (``job``: None when not listed yet)."""
+    if not job_id:
+        return {"progress": 10, "message": "Submitting the job to Slurm..."}
+    slice_text = job_slice.describe() if job_slice else ""
+    if job is None:
+        return {"progress": 20, "message": f"Submitted Slurm job {job_id}: {slice_text}"}
+    if job.pending:
+        when = ""
+        if job.start:
+            when = f"; expected start {job.start:%a %H:%M}"
+            minutes = int((job.start - datetime.now()).total_seconds() // 60)
+            if minutes > 0:
+                when += f" (in {minutes // 60} h {minutes % 60} min)"
+        reason = job.reason or "waiting"
+        return {"progress": 30, "message": f"Job {job_id} queued: {reason}{when}"}
+    if port_reported:
+        return {"progress": 90, "message": f"Jupyter is up on {job.node}; connecting..."}
+    return {
+        "progress": 60,
+        "message": f"Job {job_id} allocated on {', '.join(job.nodes)}; starting Jupyter...",
+    }
+
+
+def ended_info(last_end):
+    """How the last session ended (``PortalSpawner.last_end``) when neither
+    the user nor the hub stopped it, or the idle culler did: ``{"job_id",
+    "nodes", "reason", "why", "ended"}``."""
+    if last_end.get("idle_seconds"):
+        idle = describe_idle(last_end["idle_seconds"])
+        return {**last_end, "why": f"stopped after {idle} idle"}
+    reason = last_end.get("reason", "")
+    return {**last_end, "why": describe_end(reason, last_end.get("memory", ""))}
+
+
+def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, log, extend):
+    """The card of the running session ``job_id``, as the poll lists it
+    (``job``, None when not listed; ``unknown``: Slurm did not answer), on
+    ``ip`` (its first node) with ``gpu_indices`` (node -> "0-1"), its
+    ``profile`` and ``job_slice``, its ``log``, and ``extend`` (``extend_info``)."""
+    nodes = job.nodes if job else (ip,) if ip else ()
+    # key "": the first node's, as a hub before multi-node sessions kept them
+    info = {
+        "job_id": job_id,
+        "profile": profile.display_name if profile else "",
+        "revision": profile.revision if profile else 0,
+        "slice": job_slice,
+        "nodes": [
+            {
+                "name": node,
+                "gpus": gpu_indices.get(node) or (gpu_indices.get("", "") if i == 0 else ""),
+            }
+            for i, node in enumerate(nodes)
+        ],
+        "state": job.state if job else ("UNKNOWN" if unknown else ""),
+        "log": log,
+        "time_left": "",
+    }
+    if job and job.end and job.running:
+        left = int((job.end - datetime.now()).total_seconds() // 60)
+        info["time_left"] = f"{left // 60} h {left % 60:02d} min" if left > 0 else "ending"
+    info.update(extend)
+    return info
+
+
+def extend_info(job, job_slice, profile, unavailable):
+    """The card's time limit (Slurm's, which an extension changes) and how
+    many more hours ``profile`` (as the store has it now: its ``max_hours``,
+    as ``portal.extend`` checks it) allows now: ``extend_hours``, 0 when
+    none; and ``extend_unavailable``, why the hub can extend no session
+    (``unavailable``, or None)."""
+    limit = job.time_limit if job else None
+    if limit is None and job_slice:
+        limit = job_slice.hours * 60
+    more = 0
+    if profile is not None and limit is not None and job is not None and job.running:
+        more = hours_left(limit, profile.max_hours)
+    return {
+        "time_limit": describe_minutes(limit) if limit is not None else "",
+        "max_hours": profile.max_hours if profile is not None else 0,
+        "extend_hours": more,
+        "extend_unavailable": str(unavailable or ""),
+    }
