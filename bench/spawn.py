@@ -28,7 +28,7 @@ from portal import settings as site_settings
 from portal.core.slice import make_slice
 from portal.core.tlsnames import node_alt_names
 from portal.slurm.commands import resource_options
-from spawners.spawner import read_session_tls
+from spawners.session_tls import read_session_tls
 from tests.support.hubsettings import CA_CERT
 from tests.support.jobs import partition_nodes
 

@@ -24,7 +24,6 @@ import ssl
 import time
 from datetime import datetime
 from inspect import isawaitable
-from pathlib import Path
 
 from batchspawner import SlurmSpawner
 from tornado import web
@@ -33,7 +32,6 @@ from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
 from portal.core.idle import describe_idle, session_idle_seconds
 from portal.core.profiles import (
-    MAX_HOURS,
     SLICE_FIELDS,
     Profile,
     ProfileError,
@@ -41,12 +39,11 @@ from portal.core.profiles import (
 )
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
-from portal.core.tlsnames import node_alt_names
 from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 
-from . import accounts, card, form
+from . import accounts, card, form, session_tls
 from .form import LinkOptions
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
@@ -56,31 +53,8 @@ SLURM, HUB = defaults()["slurm"], defaults()["hub"]
 CULLING = defaults()["culling"]
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
-# Hours a session's internal TLS certificate is valid: the longest any
-# session may run, extensions included (a profile's max_hours is at most
-# MAX_HOURS), and an hour more; JupyterHub's own are valid for five years.
-CERT_HOURS = MAX_HOURS + 1
 # Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def read_session_tls(paths):
-    """The PEM texts of a session's TLS files (``PortalSpawner.create_certs``'
-    ``paths``) as its batch script writes them: ``{"key", "cert", "ca"}``,
-    the CA bundle with the session's own CA (``kernels_cafile``) added. The
-    key's file is removed: the hub keeps no copy."""
-    key = Path(paths["keyfile"])
-    tls = {
-        "key": key.read_text(),
-        "cert": Path(paths["certfile"]).read_text(),
-        "ca": "".join(
-            Path(paths[name]).read_text()
-            for name in ("cafile", "kernels_cafile")
-            if paths.get(name)
-        ),
-    }
-    key.unlink()
-    return tls
 
 
 class PortalSpawner(SlurmSpawner):
@@ -298,7 +272,6 @@ class PortalSpawner(SlurmSpawner):
     job_slice = None
     profile = None
     session_tls = None  # {"key", "cert", "ca"}: PEM texts for the next batch script (move_certs)
-    _certs_lock = asyncio.Lock()  # certipy's store is one JSON file: one signature at a time
     last_options = None  # the last options that passed validation (kept in the state)
     last_end = None  # how the last session ended without a stop (kept until the next start)
     stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.handlers)
@@ -536,90 +509,36 @@ class PortalSpawner(SlurmSpawner):
 
     # -- internal TLS (JupyterHub's internal_ssl) ---------------------------
 
-    async def node_addresses(self):
-        """``{node: [address, ...]}`` of every node of the session's
-        partition, from the shared sinfo (at most ``form_sinfo_age`` seconds
-        old), each name resolved here, as the hub and the proxy will resolve
-        it. HTTP 503 when Slurm lists no node of the partition."""
-        partition = self.job_slice.partition
-        poller = self.poller
-        await poller.partitions_since(self.form_sinfo_age, timeout=self.slurm_timeout)
-        part = poller.partitions.get(partition)
-        if part is None or not part.nodes:
-            self.log.error(
-                "No node of partition %s for the certificate of %s: %s",
-                partition, self.user.name, poller.cluster_error or "sinfo lists none",
-            )  # fmt: skip
-            raise web.HTTPError(
-                503,
-                f"The portal could not list the nodes of partition {partition} for your "
-                "session. Please try again later.",
-            )
-        loop = asyncio.get_running_loop()
-
-        async def resolve(name):
-            try:
-                infos = await loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-            except OSError as e:
-                self.log.warning(
-                    "Node %s does not resolve on the hub (%s): the certificate of %s names it "
-                    "by name only", name, e, self.user.name,
-                )  # fmt: skip
-                return []
-            return sorted({info[4][0] for info in infos})
-
-        names = [node.name for node in part.nodes]
-        return dict(zip(names, await asyncio.gather(*map(resolve, names)), strict=True))
-
     async def create_certs(self):
         """This session's key and certificate from the hub's ``notebooks-ca``,
-        as ``Spawner.create_certs``, but naming every node of its partition,
-        by name and address (the node the job lands on is known only once it
-        runs, and the certificate travels in the batch script), and nothing
-        else unless a site adds ``ssl_alt_names``: no loopback name, none of
-        the hub's (JupyterHub's defaults), which the user, who reads the key,
-        could answer for. Valid for ``CERT_HOURS``, the longest a session may
-        run, not five years. Signed in a thread: the RSA key and certipy's
-        store would hold the hub's event loop."""
-        names = node_alt_names(await self.node_addresses())
-        domain = getattr(self.user, "domain", "")
-        if domain:
-            # the user's own host (NAME.DOMAIN): the proxy checks the session's
-            # certificate against it, so only this user's session can answer
-            # this user's requests, even at a port that another user freed
-            names.append(f"DNS:{domain}")
+        as ``Spawner.create_certs``, but naming every node of its partition
+        and the user's own host, and nothing else unless a site adds
+        ``ssl_alt_names``; valid as long as a session may run
+        (``spawners.session_tls``)."""
+        addresses = await session_tls.node_addresses(
+            self.poller,
+            self.job_slice.partition,
+            max_age=self.form_sinfo_age,
+            timeout=self.slurm_timeout,
+            log=self.log,
+            username=self.user.name,
+        )
         extra = self.ssl_alt_names(self) if callable(self.ssl_alt_names) else self.ssl_alt_names
         if isawaitable(extra):
             extra = await extra
-        names += [name for name in extra if name not in names]
-        if self.ssl_alt_names_include_local:
-            names = ["DNS:localhost", "IP:127.0.0.1", *names]
+        names = session_tls.alt_names(
+            addresses,
+            domain=getattr(self.user, "domain", ""),
+            extra=extra,
+            include_local=self.ssl_alt_names_include_local,
+        )
         self.log.info(
             "Certificate of %s's session for %d names: %s",
             self.user.name, len(names), ";".join(names),
         )  # fmt: skip
-        async with self._certs_lock:
-            return await asyncio.to_thread(self._sign_certs, names)
-
-    def _sign_certs(self, names):
-        from certipy import Certipy
-
-        certipy = Certipy(store_dir=self.internal_certs_location)
-        pair = certipy.create_signed_pair(
-            f"user-{self.user.name}",
-            "notebooks-ca",
-            alt_names=names,
-            years=CERT_HOURS / (365 * 24),
-            overwrite=True,
+        return await session_tls.sign(
+            self.internal_certs_location, self.user.name, names, self.internal_trust_bundles
         )
-        return {
-            "keyfile": pair["files"]["key"],
-            "certfile": pair["files"]["cert"],
-            # the CAs of the session's clients and servers: the hub's and the proxy's
-            "cafile": self.internal_trust_bundles["notebooks-ca"],
-            # and its own, for its kernels' calls to its API (the TensorBoard magic)
-            "kernels_cafile": certipy.store.get_record("notebooks-ca")["files"]["cert"],
-        }
 
     async def move_certs(self, paths):
         """The session's key, certificate and CA bundle reach its node inside
@@ -629,7 +548,7 @@ class PortalSpawner(SlurmSpawner):
         ``JUPYTERHUB_SSL_KEYFILE``, ``_CERTFILE`` and ``_CLIENT_CA`` there.
         So no path is handed on (``get_env`` exports none), and the hub's copy
         of the key is removed."""
-        self.session_tls = await asyncio.to_thread(read_session_tls, paths)
+        self.session_tls = await asyncio.to_thread(session_tls.read_session_tls, paths)
         return {}
 
     def hub_ssl_context(self):

@@ -28,7 +28,7 @@ from spawners.hub_config import (
     configure_service,
     hub_alt_names,
 )
-from spawners.spawner import CERT_HOURS, read_session_tls
+from spawners.session_tls import CERT_HOURS, read_session_tls
 from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (fixture)
 
 TRUST = {  # JupyterHub's trust graph (JupyterHub.init_internal_ssl)

@@ -1,0 +1,126 @@
+"""A session's own TLS certificate (JupyterHub's internal_ssl).
+
+Signed by the hub's ``notebooks-ca`` for every node of the session's
+partition (the node the job lands on is known only once it runs, and the
+certificate travels in the batch script) and the user's own host, valid as
+long as a session may run; its key, certificate and CA bundle reach the
+node inside the batch script, never in a file another user can read.
+``PortalSpawner.create_certs`` and ``move_certs`` call these.
+"""
+
+import asyncio
+import socket
+from pathlib import Path
+
+from tornado import web
+
+from portal.core.profiles import MAX_HOURS
+from portal.core.tlsnames import node_alt_names
+
+# Hours a session's internal TLS certificate is valid: the longest any
+# session may run, extensions included (a profile's max_hours is at most
+# MAX_HOURS), and an hour more; JupyterHub's own are valid for five years.
+CERT_HOURS = MAX_HOURS + 1
+
+_signing = asyncio.Lock()  # certipy's store is one JSON file: one signature at a time
+
+
+async def node_addresses(poller, partition, *, max_age, timeout, log, username):
+    """``{node: [address, ...]}`` of every node of ``partition``, from the
+    shared sinfo (at most ``max_age`` seconds old), each name resolved here,
+    as the hub and the proxy will resolve it. HTTP 503 when Slurm lists no
+    node of the partition."""
+    await poller.partitions_since(max_age, timeout=timeout)
+    part = poller.partitions.get(partition)
+    if part is None or not part.nodes:
+        log.error(
+            "No node of partition %s for the certificate of %s: %s",
+            partition, username, poller.cluster_error or "sinfo lists none",
+        )  # fmt: skip
+        raise web.HTTPError(
+            503,
+            f"The portal could not list the nodes of partition {partition} for your "
+            "session. Please try again later.",
+        )
+    loop = asyncio.get_running_loop()
+
+    async def resolve(name):
+        try:
+            infos = await loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        except OSError as e:
+            log.warning(
+                "Node %s does not resolve on the hub (%s): the certificate of %s names it "
+                "by name only", name, e, username,
+            )  # fmt: skip
+            return []
+        return sorted({info[4][0] for info in infos})
+
+    names = [node.name for node in part.nodes]
+    return dict(zip(names, await asyncio.gather(*map(resolve, names)), strict=True))
+
+
+def alt_names(addresses, *, domain, extra, include_local):
+    """The certificate's names: every node of ``addresses`` by name and
+    address, the user's own host ``domain`` (NAME.DOMAIN: the proxy checks
+    the session's certificate against it, so only this user's session can
+    answer this user's requests, even at a port that another user freed),
+    a site's ``extra`` (``ssl_alt_names``), and the loopback names only when
+    ``include_local``; none of the hub's, which the user, who reads the key,
+    could answer for."""
+    names = node_alt_names(addresses)
+    if domain:
+        names.append(f"DNS:{domain}")
+    names += [name for name in extra if name not in names]
+    if include_local:
+        names = ["DNS:localhost", "IP:127.0.0.1", *names]
+    return names
+
+
+async def sign(store_dir, username, names, trust_bundles):
+    """The session's key and certificate for ``names``, signed by the
+    ``notebooks-ca`` of certipy's store in ``store_dir``, valid for
+    ``CERT_HOURS``: ``{"keyfile", "certfile", "cafile", "kernels_cafile"}``.
+    Signed in a thread, one at a time: the RSA key and certipy's store would
+    hold the hub's event loop."""
+    async with _signing:
+        return await asyncio.to_thread(_sign, store_dir, username, names, trust_bundles)
+
+
+def _sign(store_dir, username, names, trust_bundles):
+    from certipy import Certipy
+
+    certipy = Certipy(store_dir=store_dir)
+    pair = certipy.create_signed_pair(
+        f"user-{username}",
+        "notebooks-ca",
+        alt_names=names,
+        years=CERT_HOURS / (365 * 24),
+        overwrite=True,
+    )
+    return {
+        "keyfile": pair["files"]["key"],
+        "certfile": pair["files"]["cert"],
+        # the CAs of the session's clients and servers: the hub's and the proxy's
+        "cafile": trust_bundles["notebooks-ca"],
+        # and its own, for its kernels' calls to its API (the TensorBoard magic)
+        "kernels_cafile": certipy.store.get_record("notebooks-ca")["files"]["cert"],
+    }
+
+
+def read_session_tls(paths):
+    """The PEM texts of a session's TLS files (``sign``'s ``paths``) as its
+    batch script writes them: ``{"key", "cert", "ca"}``, the CA bundle with
+    the session's own CA (``kernels_cafile``) added. The key's file is
+    removed: the hub keeps no copy."""
+    key = Path(paths["keyfile"])
+    tls = {
+        "key": key.read_text(),
+        "cert": Path(paths["certfile"]).read_text(),
+        "ca": "".join(
+            Path(paths[name]).read_text()
+            for name in ("cafile", "kernels_cafile")
+            if paths.get(name)
+        ),
+    }
+    key.unlink()
+    return tls
