@@ -25,15 +25,11 @@ import time
 from datetime import datetime
 from inspect import isawaitable
 
-from batchspawner import SlurmSpawner
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
 from portal.core.idle import describe_idle, session_idle_seconds
 from portal.core.profiles import (
-    SLICE_FIELDS,
-    Profile,
     ProfileError,
     profile_from_dict,
 )
@@ -47,7 +43,7 @@ from . import accounts, card, form, session_tls
 from .form import LinkOptions
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
-from .unused_settings import refuse_unused_settings
+from .spawner_settings import PortalSpawnerSettings
 
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
 CULLING = defaults()["culling"]
@@ -57,231 +53,22 @@ STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PortalSpawner(SlurmSpawner):
-    profile_source = Any(
-        help="""A callable returning the current profiles (a list of
-        ``portal.core.profiles.Profile`` or dicts). Called at every form render and
-        every spawn, so an edited profile applies at the next spawn without a
-        restart. Default: one profile built from this spawner's own settings.
-        Example: ``spawners.hub_config.settings_profiles``.""",
-    ).tag(config=True)
-
-    default_profile = Dict(
-        help="""The one profile offered when ``profile_source`` is None: fields
-        of ``portal.core.profiles.Profile``; those left out take the defaults of
-        deploy/portal.toml [slurm] (partition ``gpu``, 4 GPUs, 8 cores and 48 GB
-        per GPU, 8 of at most 24 hours). Example: ``{"name": "a100",
-        "display_name": "A100", "environment": "pytorch", "partition": "a100"}``.""",
-    ).tag(config=True)
-
-    python_env = Unicode(
-        "/opt/portal/envs/jupyter",
-        help="""Python environment (a venv) activated in the job; it provides
-        jupyterhub-singleuser and batchspawner-singleuser. It must be readable
-        by the users on the nodes. Default ``/opt/portal/envs/jupyter``.""",
-    ).tag(config=True)
-
-    job_name = Unicode(
-        SLURM["job_name"],
-        help="""Slurm job name of the sessions (``squeue -n`` finds them). The
-        shared poll lists the jobs of this name. Default ``portal-jupyter``.""",
-    ).tag(config=True)
-
-    log_dir = Unicode(
-        ".portal/logs",
-        help="""Folder of the job logs (``jupyter-JOBID.log``), relative to the
-        user's home, so the user can open them. Default ``.portal/logs``.""",
-    ).tag(config=True)
-
-    slurm_timeout = Float(
-        SLURM["command_timeout"],
-        help="""Seconds a Slurm command (sbatch, squeue, scancel) may take before it
-        counts as failed. Default 20.""",
-    ).tag(config=True)
-
-    poll_interval_slurm = Float(
-        SLURM["poll_interval"],
-        help="""Seconds between the shared squeue of all sessions. Default 15.""",
-    ).tag(config=True)
-    poll_interval_active = Float(
-        SLURM["poll_interval_active"],
-        help="""Seconds between the shared squeue while a session starts. Default 1.""",
-    ).tag(config=True)
-    groups_ttl = Float(
-        60.0,
-        help="""Seconds a user's passwd entry and groups, as NSS resolves them,
-        are kept for the spawn page, the profile check and the submission. A
-        change in LDAP (a group, a uid, a home) applies after at most this
-        long. 0: look them up every time. Default 60.""",
-    ).tag(config=True)
-    answer_interval = Float(
-        0.05,
-        help="""Seconds between the spawner's checks that a started Jupyter
-        answers, before it hands the session to the hub (a refused connection
-        costs the hub well under a millisecond). Default 0.05.""",
-    ).tag(config=True)
-    form_sinfo_age = Float(
-        5.0,
-        help="""Seconds an sinfo may be old when the spawn page renders; an
-        older one is refreshed first (one sinfo for every page meanwhile). 0:
-        one sinfo per page. Default 5.""",
-    ).tag(config=True)
-    unreachable_timeout = Float(
-        20.0,
-        help="""Seconds the hub may fail to reach a started session's node
-        (no route, no answer to the connection: not a refused connection,
-        which only means Jupyter is not listening yet) before the spawn fails
-        with an error naming the node, its address and port, and the job is
-        cancelled. Check that the login node reaches the compute nodes' ports.
-        Default 20.""",
-    ).tag(config=True)
-    cluster_interval = Float(
-        SLURM["cluster_interval"],
-        help="""Seconds between the shared sinfo behind the spawn page's
-        availability and expected starts. Default 30.""",
-    ).tag(config=True)
-    unknown_grace = Float(
-        SLURM["unknown_grace"],
-        help="""Seconds Slurm may fail to answer before the hub logs an error.
-        Sessions are never dropped for it. Default 300.""",
-    ).tag(config=True)
-    warn_minutes = Integer(
-        SLURM["warn_minutes"],
-        min=0,
-        help="""Minutes before the end of a session's job (as Slurm has it) that
-        JupyterLab shows a notice with the time left and a link to extend it,
-        and again at 5 minutes; exported to the session as
-        ``PORTAL_WARN_MINUTES``. 0: no notice. Default 15 (deploy/portal.toml
-        [slurm] warn_minutes). Example: ``30``.""",
-    ).tag(config=True)
-
-    idle_timeout = Float(
-        CULLING["idle_minutes"] * 60 if CULLING["enabled"] else 0,
-        help="""Seconds without activity after which the hub's idle culler stops a
-        session ([culling] idle_minutes; the culler's one timeout). A session
-        whose profile allows a longer ``idle_minutes`` is told the difference
-        (``PORTAL_IDLE_EXTRA_SECONDS``) and reports its activity that much
-        later, so it is stopped after its profile's time. 0: no culler.
-        Default 7200 (deploy/portal.toml [culling]). Example: ``3600``.""",
-    ).tag(config=True)
-    activity_interval = Float(
-        CULLING["activity_seconds"],
-        help="""Seconds between a session's reports of its activity to the hub
-        (``portal.session.activity``: a busy kernel or GPU counts), exported as
-        ``PORTAL_ACTIVITY_SECONDS``; 0: no reports but the hub's own
-        singleuser server's. Default 60 ([culling] activity_seconds).""",
-    ).tag(config=True)
-    gpu_busy_percent = Float(
-        CULLING["gpu_busy_percent"],
-        help="""Utilisation (percent) above which one of a session's own GPUs
-        keeps it active, exported as ``PORTAL_GPU_BUSY_PERCENT``. Default 10
-        ([culling] gpu_busy_percent). Example: ``5``.""",
-    ).tag(config=True)
-
-    cluster_snapshot = Unicode(
-        "",
-        help="""File where the shared Slurm poll writes what it sees (JSON), for
-        the admin service's validation and cluster page. Default "" (none).
-        Example: ``/var/lib/portal/hub/cluster.json``.""",
-    ).tag(config=True)
-
-    templates_dir = Unicode(
-        "",
-        help="""Folder of the notebook templates, readable on the nodes; each
-        session copies what is new into ``~/templates`` and never overwrites
-        the user's edited copies. Empty: no templates. Example:
-        ``/opt/portal/notebook_templates``.""",
-    ).tag(config=True)
-
-    shared_data = Unicode(
-        "",
-        help="""The shared data storage (the cluster's NFS/Isilon mount), linked
-        as ``~/shared-data`` unless that name is taken. Empty: no link.
-        Example: ``/srv/portal/datasets``.""",
-    ).tag(config=True)
-
-    job_path = Unicode(
-        "/usr/local/bin:/usr/bin:/bin",
-        help="""PATH of the job before the environment is activated.""",
-    ).tag(config=True)
-
-    allowed_unix_groups = List(
-        Unicode(),
-        help="""Unix (LDAP) groups whose members may run sessions; an account in
-        none of them is refused before anything is submitted, whatever the
-        caller's rights (a hub admin starting a server for a system account).
-        Empty: no group check. Example: ``["portal-users", "portal-admins"]``.""",
-    ).tag(config=True)
-    uid_min = Integer(
-        HUB["uid_min"],
-        help="""Lowest uid of an account that may run sessions: system accounts
-        (slapd's, munge's, the portal's own) are below it. Default 10000
-        (deploy/portal.toml [hub] uid_min).""",
-    ).tag(config=True)
-    uid_max = Integer(
-        HUB["uid_max"],
-        help="""Highest uid of an account that may run sessions. Default 60000
-        ([hub] uid_max).""",
-    ).tag(config=True)
-
-    @default("env_keep")
-    def _env_keep_default(self):
-        # nothing of the hub's own environment reaches a session
-        return []
-
-    @default("ssl_alt_names")
-    def _ssl_alt_names_default(self):
-        # JupyterHub's default is the hub's own names (trusted_alt_names): a
-        # session's certificate, whose key its user reads, must not cover the
-        # hub's address. Its nodes' names are added by create_certs.
-        return []
-
-    @default("ssl_alt_names_include_local")
-    def _ssl_alt_names_include_local_default(self):
-        # nothing reaches a session at localhost, where the proxy's API and
-        # the admin service answer
-        return False
-
-    @default("ip")
-    def _ip_default(self):
-        # the batch script binds the server to its node's cluster address
-        return ""
-
-    @default("batchspawner_singleuser_cmd")
-    def _singleuser_wrapper_default(self):
-        return os.path.join(self.python_env, "bin", "portal-session")
-
-    @default("cmd")
-    def _cmd_default(self):
-        return [os.path.join(self.python_env, "bin", "jupyterhub-singleuser")]
-
-    @default("apply_user_options")
-    def _apply_user_options_default(self):
-        # JupyterHub calls this before start, for the form and the REST API alike.
-        return lambda spawner, user_options: spawner.load_user_options(user_options)
-
-    @default("options_form")
-    def _options_form_default(self):
-        return lambda spawner: spawner.fresh_options_form()
-
+class PortalSpawner(PortalSpawnerSettings):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        # batchspawner's settings that would do nothing here are refused, not ignored
-        refuse_unused_settings(type(self), self.config)
-
-    job_slice = None
-    profile = None
-    session_tls = None  # {"key", "cert", "ca"}: PEM texts for the next batch script (move_certs)
-    last_options = None  # the last options that passed validation (kept in the state)
-    last_end = None  # how the last session ended without a stop (kept until the next start)
-    stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.handlers)
-    submitted_at = 0.0
-    gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
-    _port_event = None
-    port_reported = False
-    timeline = {}  # event -> seconds since start() began (this spawn's; logged once up)
-    _began = 0.0
-    _link_options = None  # a spawn link's values, for the next form render
+        self.job_slice = None
+        self.profile = None
+        self.session_tls = None  # {"key", "cert", "ca"}: PEM texts for the next batch script
+        self.last_options = None  # the last options that passed validation (kept in the state)
+        self.last_end = None  # how the last session ended without a stop (kept until next start)
+        self.stop_reason = ""  # "idle": the idle culler asked for the stop (spawn_handlers)
+        self.submitted_at = 0.0
+        self.gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
+        self._port_event = None
+        self.port_reported = False
+        self.timeline = {}  # event -> seconds since start() began (this spawn's; logged once up)
+        self._began = 0.0
+        self._link_options = None  # a spawn link's values, for the next form render
 
     @property
     def poller(self):
@@ -309,22 +96,6 @@ class PortalSpawner(SlurmSpawner):
         ]
 
     # -- profiles and options ------------------------------------------
-
-    def profiles(self):
-        if self.profile_source is None:
-            fallback = {"name": "default", "display_name": "Default", "environment": "default"}
-            slice_defaults = {key: SLURM[key] for key in SLICE_FIELDS}
-            return [profile_from_dict({**fallback, **self.default_profile}, slice_defaults)]
-        profiles = []
-        for p in self.profile_source():
-            try:
-                profiles.append(p if isinstance(p, Profile) else profile_from_dict(p))
-            except ProfileError as e:
-                # one bad profile must not stop every spawn: leave it out, loudly
-                self.log.error(
-                    "Profile %r left out: %s", p.get("name") if isinstance(p, dict) else p, e
-                )
-        return profiles
 
     def account(self):
         """The user's passwd entry (``spawners.accounts``: kept ``groups_ttl`` seconds)."""
@@ -563,7 +334,7 @@ class PortalSpawner(SlurmSpawner):
         self.timeline[event] = time.monotonic() - self._began
 
     def report_port(self, port):
-        """Called by the port callback (``spawners.handlers``) once per spawn."""
+        """Called by the port callback (``spawners.port_report``) once per spawn."""
         self._mark("port reported")
         self.port = port
         self.port_reported = True

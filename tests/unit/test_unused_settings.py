@@ -4,6 +4,7 @@ from traitlets.config import Config
 
 from spawners.hub_config import check_spawner_settings
 from spawners.spawner import PortalSpawner
+from spawners.spawner_settings import PortalSpawnerSettings
 from spawners.unused_settings import unused_settings
 
 
@@ -51,7 +52,7 @@ def test_the_list_comes_from_batchspawner_less_what_the_portal_uses():
     assert {"req_memory", "req_srun", "batch_query_cmd", "state_running_re"} <= unused
     # batchspawner's own setting the portal honours, and JupyterHub's settings
     assert not unused & {"batchspawner_singleuser_cmd", "start_timeout", "ip", "cmd"}
-    assert not unused & set(PortalSpawner.class_own_traits())
+    assert not unused & set(PortalSpawnerSettings.class_own_traits())
 
 
 def test_the_portal_own_and_jupyterhub_settings_are_accepted():
