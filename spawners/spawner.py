@@ -19,14 +19,11 @@ report, its traits); what changes:
 import asyncio
 import os
 import re
-import socket
-import ssl
 import time
 from datetime import datetime
 from inspect import isawaitable
 
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from portal.core.idle import describe_idle, session_idle_seconds
 from portal.core.profiles import (
@@ -39,7 +36,7 @@ from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 
-from . import accounts, card, form, session_tls
+from . import accounts, card, form, reach, session_tls
 from .form import LinkOptions
 from .internal_tls import hub_client_context
 from .poller import SlurmPoller
@@ -418,84 +415,38 @@ class PortalSpawner(PortalSpawnerSettings):
             raise
 
     async def _wait_answering(self):
-        """Wait for Jupyter's first HTTP answer, trying every ``answer_interval``.
-
-        The port is reported before Jupyter listens; the hub's own wait backs
-        off exponentially (0.2, 0.4, ... 3.2 s) and would find the server up to
-        seconds after it answered. The hub's check still follows this one.
-        A node the hub cannot reach for ``unreachable_timeout`` ends the spawn
-        with an error, rather than a wait of ``http_timeout``.
-        """
+        """Wait for Jupyter's first HTTP answer, trying every ``answer_interval``
+        (``spawners.reach``): a node the hub cannot reach for
+        ``unreachable_timeout`` ends the spawn with an error, rather than a
+        wait of ``http_timeout``."""
         base = self.server.base_url if self.server else self.user.url
         context = self.hub_ssl_context()
         url = f"{'https' if context else 'http'}://{self.ip}:{self.port}{base}api"
-        client = AsyncHTTPClient()
-        deadline = time.monotonic() + self.http_timeout
-        unreachable_since = None
+        target = reach.Target(self.job_id, self.user.name, self.ip, self.port)
         self.poller.watch(self)  # a job that ends meanwhile is noticed at the active rate
         try:
-            while time.monotonic() < deadline:
-                try:
-                    r = await client.fetch(
-                        url,
-                        raise_error=False,
-                        connect_timeout=3,
-                        request_timeout=5,
-                        ssl_options=context,
-                    )
-                    if r.code < 500:
-                        return
-                    unreachable_since = None
-                except ConnectionRefusedError:
-                    unreachable_since = None  # the node answers; Jupyter is not listening yet
-                except ssl.SSLCertVerificationError as e:
-                    raise self._untrusted(e) from None
-                except (OSError, HTTPClientError) as e:
-                    now = time.monotonic()
-                    unreachable_since = unreachable_since or now
-                    if now - unreachable_since >= self.unreachable_timeout:
-                        raise await self._unreachable(e) from None
-                if self.poller.is_gone(self.job_id, self.submitted_at):
-                    await self._job_ended()
-                await asyncio.sleep(self.answer_interval)
+            answered = await reach.wait_answering(
+                target,
+                url,
+                context,
+                timeout=self.http_timeout,
+                interval=self.answer_interval,
+                unreachable_timeout=self.unreachable_timeout,
+                log=self.log,
+                check_job=self._check_job,
+            )
         finally:
             self.poller.unwatch(self)
-        raise TimeoutError(
-            f"Jupyter of job {self.job_id} on {self.ip} did not answer at port {self.port} "
-            f"within {self.http_timeout:.0f} s. Its log: {self.job_log}"
-        )
-
-    async def _unreachable(self, error):
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                self.ip, None, family=socket.AF_INET
+        if not answered:
+            raise TimeoutError(
+                f"Jupyter of job {self.job_id} on {self.ip} did not answer at port {self.port} "
+                f"within {self.http_timeout:.0f} s. Its log: {self.job_log}"
             )
-            address = infos[0][4][0]
-        except OSError:
-            address = "an address this host cannot resolve"
-        self.log.error(
-            "Job %s of %s: node %s (%s) port %s unreachable from the hub for %.0f s: %s",
-            self.job_id, self.user.name, self.ip, address, self.port,
-            self.unreachable_timeout, error,
-        )  # fmt: skip
-        return RuntimeError(
-            f"The portal cannot reach your session on node {self.ip} ({address}, port "
-            f"{self.port}): {error}. The job is cancelled; tell your admin, who can check "
-            "that the login node reaches the compute nodes (PortalSpawner.unreachable_timeout)."
-        )
 
-    def _untrusted(self, error):
-        """What the listener at the reported port answered with is not this
-        session's certificate (or not for this node): it is never trusted."""
-        self.log.error(
-            "Job %s of %s: the server at %s:%s presented a certificate the hub does not "
-            "trust: %s", self.job_id, self.user.name, self.ip, self.port, error,
-        )  # fmt: skip
-        return RuntimeError(
-            f"Your session on node {self.ip} (port {self.port}) could not prove it is "
-            "yours: its TLS certificate was refused. The job is cancelled; tell your admin "
-            "(the hub's log has the reason)."
-        )
+    async def _check_job(self):
+        """Raise, with what sacct says, when the job ended before Jupyter answered."""
+        if self.poller.is_gone(self.job_id, self.submitted_at):
+            await self._job_ended()
 
     async def _job_ended(self):
         reason = await self.job_end_reason()
