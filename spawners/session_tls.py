@@ -5,17 +5,21 @@ partition (the node the job lands on is known only once it runs, and the
 certificate travels in the batch script) and the user's own host, valid as
 long as a session may run; its key, certificate and CA bundle reach the
 node inside the batch script, never in a file another user can read.
-``PortalSpawner.create_certs`` and ``move_certs`` call these.
+``SessionCerts`` gives PortalSpawner the hooks JupyterHub calls,
+``create_certs`` and ``move_certs``.
 """
 
 import asyncio
 import socket
+from inspect import isawaitable
 from pathlib import Path
 
 from tornado import web
 
 from portal.core.profiles import MAX_HOURS
 from portal.core.tlsnames import node_alt_names
+
+from .internal_tls import hub_client_context
 
 # Hours a session's internal TLS certificate is valid: the longest any
 # session may run, extensions included (a profile's max_hours is at most
@@ -124,3 +128,56 @@ def read_session_tls(paths):
     }
     key.unlink()
     return tls
+
+
+class SessionCerts:
+    """PortalSpawner's internal TLS hooks (JupyterHub's ``internal_ssl``):
+    the session's certificate, how it reaches the node, and the hub's own
+    client context for its requests to the session."""
+
+    async def create_certs(self):
+        """This session's key and certificate from the hub's ``notebooks-ca``,
+        as ``Spawner.create_certs``, but naming every node of its partition
+        and the user's own host, and nothing else unless a site adds
+        ``ssl_alt_names``; valid as long as a session may run
+        (``spawners.session_tls``)."""
+        addresses = await node_addresses(
+            self.poller,
+            self.job_slice.partition,
+            max_age=self.form_sinfo_age,
+            timeout=self.slurm_timeout,
+            log=self.log,
+            username=self.user.name,
+        )
+        extra = self.ssl_alt_names(self) if callable(self.ssl_alt_names) else self.ssl_alt_names
+        if isawaitable(extra):
+            extra = await extra
+        names = alt_names(
+            addresses,
+            domain=getattr(self.user, "domain", ""),
+            extra=extra,
+            include_local=self.ssl_alt_names_include_local,
+        )
+        self.log.info(
+            "Certificate of %s's session for %d names: %s",
+            self.user.name, len(names), ";".join(names),
+        )  # fmt: skip
+        return await sign(
+            self.internal_certs_location, self.user.name, names, self.internal_trust_bundles
+        )
+
+    async def move_certs(self, paths):
+        """The session's key, certificate and CA bundle reach its node inside
+        its batch script, fed to sbatch on stdin (never a command line, never
+        a file another user can read): the script writes them into a new 0700
+        folder of the user's in the job's own /tmp and exports
+        ``JUPYTERHUB_SSL_KEYFILE``, ``_CERTFILE`` and ``_CLIENT_CA`` there.
+        So no path is handed on (``get_env`` exports none), and the hub's copy
+        of the key is removed."""
+        self.session_tls = await asyncio.to_thread(read_session_tls, paths)
+        return {}
+
+    def hub_ssl_context(self):
+        """The hub's client TLS context for its own requests to the session,
+        or None without internal_ssl."""
+        return hub_client_context(getattr(self.user, "settings", None))

@@ -21,7 +21,6 @@ import os
 import re
 import time
 from datetime import datetime
-from inspect import isawaitable
 
 from tornado import web
 
@@ -36,10 +35,9 @@ from portal.extend import ExtensionCheck
 from portal.settings import defaults
 from portal.slurm import commands as slurm
 
-from . import accounts, card, form, reach, session_tls
+from . import card, form, reach
 from .form import LinkOptions
-from .internal_tls import hub_client_context
-from .poller import SlurmPoller
+from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
 
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
@@ -50,7 +48,7 @@ STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PortalSpawner(PortalSpawnerSettings):
+class PortalSpawner(SessionCerts, PortalSpawnerSettings):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.job_slice = None
@@ -67,56 +65,7 @@ class PortalSpawner(PortalSpawnerSettings):
         self._began = 0.0
         self._link_options = None  # a spawn link's values, for the next form render
 
-    @property
-    def poller(self):
-        poller = SlurmPoller.instance(
-            self.job_name,
-            interval=self.poll_interval_slurm,
-            active_interval=self.poll_interval_active,
-            cluster_interval=self.cluster_interval,
-            unknown_grace=self.unknown_grace,
-            timeout=self.slurm_timeout,
-            will_run_slices=self.expected_slices,
-            snapshot_path=self.cluster_snapshot,
-        )
-        poller.ensure_running()
-        return poller
-
-    def expected_slices(self):
-        """The slices whose expected start the spawn page shows: each enabled
-        profile's own, per GPU count, for its default hours."""
-        return [
-            p.make_slice(gpus, p.default_hours)
-            for p in self.profiles()
-            if p.enabled
-            for gpus in range(1, p.max_gpus + 1)
-        ]
-
-    # -- profiles and options ------------------------------------------
-
-    def account(self):
-        """The user's passwd entry (``spawners.accounts``: kept ``groups_ttl`` seconds)."""
-        return accounts.looked_up(self.user.name, self.groups_ttl)[1]
-
-    def user_groups(self):
-        """The user's Unix/LDAP groups (kept ``groups_ttl`` seconds)."""
-        return accounts.looked_up(self.user.name, self.groups_ttl)[2]
-
-    def check_account(self):
-        """Refuse, with ProfileError, an account outside ``uid_min``..``uid_max``
-        or in none of ``allowed_unix_groups``. Returns the user's groups."""
-        return accounts.check_account(
-            self.user.name,
-            self.account(),
-            self.user_groups(),
-            uid_min=self.uid_min,
-            uid_max=self.uid_max,
-            allowed_groups=self.allowed_unix_groups,
-        )
-
-    def offered_profiles(self):
-        groups = self.check_account()
-        return [p for p in self.profiles() if p.allows(groups)]
+    # -- options ------------------------------------------------------------
 
     def resolve_options(self, options):
         """(profile, slice) for ``options``, checked against the profiles and the
@@ -274,55 +223,6 @@ class PortalSpawner(PortalSpawnerSettings):
             return await slurm.end_reason(self.job_id, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return ""
-
-    # -- internal TLS (JupyterHub's internal_ssl) ---------------------------
-
-    async def create_certs(self):
-        """This session's key and certificate from the hub's ``notebooks-ca``,
-        as ``Spawner.create_certs``, but naming every node of its partition
-        and the user's own host, and nothing else unless a site adds
-        ``ssl_alt_names``; valid as long as a session may run
-        (``spawners.session_tls``)."""
-        addresses = await session_tls.node_addresses(
-            self.poller,
-            self.job_slice.partition,
-            max_age=self.form_sinfo_age,
-            timeout=self.slurm_timeout,
-            log=self.log,
-            username=self.user.name,
-        )
-        extra = self.ssl_alt_names(self) if callable(self.ssl_alt_names) else self.ssl_alt_names
-        if isawaitable(extra):
-            extra = await extra
-        names = session_tls.alt_names(
-            addresses,
-            domain=getattr(self.user, "domain", ""),
-            extra=extra,
-            include_local=self.ssl_alt_names_include_local,
-        )
-        self.log.info(
-            "Certificate of %s's session for %d names: %s",
-            self.user.name, len(names), ";".join(names),
-        )  # fmt: skip
-        return await session_tls.sign(
-            self.internal_certs_location, self.user.name, names, self.internal_trust_bundles
-        )
-
-    async def move_certs(self, paths):
-        """The session's key, certificate and CA bundle reach its node inside
-        its batch script, fed to sbatch on stdin (never a command line, never
-        a file another user can read): the script writes them into a new 0700
-        folder of the user's in the job's own /tmp and exports
-        ``JUPYTERHUB_SSL_KEYFILE``, ``_CERTFILE`` and ``_CLIENT_CA`` there.
-        So no path is handed on (``get_env`` exports none), and the hub's copy
-        of the key is removed."""
-        self.session_tls = await asyncio.to_thread(session_tls.read_session_tls, paths)
-        return {}
-
-    def hub_ssl_context(self):
-        """The hub's client TLS context for its own requests to the session,
-        or None without internal_ssl."""
-        return hub_client_context(getattr(self.user, "settings", None))
 
     # -- the session --------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """PortalSpawner's settings: every ``c.PortalSpawner`` trait with its help
 string (the reference of a site's configuration), the defaults it gives
 JupyterHub's and batchspawner's own traits, the refusal of batchspawner's
-settings it does not use, and the profiles the settings give.
+settings it does not use, and what the settings give: the profiles, the
+shared Slurm poll, and the user's account checked against them.
 
 ``spawners.spawner.PortalSpawner`` is this class with the session's
 lifecycle and state; sites configure it as ``c.PortalSpawner``, whose
@@ -16,6 +17,8 @@ from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
 from portal.settings import defaults
 
+from . import accounts
+from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
 SLURM, HUB = defaults()["slurm"], defaults()["hub"]
@@ -253,3 +256,55 @@ class PortalSpawnerSettings(SlurmSpawner):
                     "Profile %r left out: %s", p.get("name") if isinstance(p, dict) else p, e
                 )
         return profiles
+
+    @property
+    def poller(self):
+        """The shared Slurm poll of this hub's sessions, configured here."""
+        poller = SlurmPoller.instance(
+            self.job_name,
+            interval=self.poll_interval_slurm,
+            active_interval=self.poll_interval_active,
+            cluster_interval=self.cluster_interval,
+            unknown_grace=self.unknown_grace,
+            timeout=self.slurm_timeout,
+            will_run_slices=self.expected_slices,
+            snapshot_path=self.cluster_snapshot,
+        )
+        poller.ensure_running()
+        return poller
+
+    def expected_slices(self):
+        """The slices whose expected start the spawn page shows: each enabled
+        profile's own, per GPU count, for its default hours."""
+        return [
+            p.make_slice(gpus, p.default_hours)
+            for p in self.profiles()
+            if p.enabled
+            for gpus in range(1, p.max_gpus + 1)
+        ]
+
+    # -- the user's account (spawners.accounts) -----------------------------
+
+    def account(self):
+        """The user's passwd entry (``spawners.accounts``: kept ``groups_ttl`` seconds)."""
+        return accounts.looked_up(self.user.name, self.groups_ttl)[1]
+
+    def user_groups(self):
+        """The user's Unix/LDAP groups (kept ``groups_ttl`` seconds)."""
+        return accounts.looked_up(self.user.name, self.groups_ttl)[2]
+
+    def check_account(self):
+        """Refuse, with ProfileError, an account outside ``uid_min``..``uid_max``
+        or in none of ``allowed_unix_groups``. Returns the user's groups."""
+        return accounts.check_account(
+            self.user.name,
+            self.account(),
+            self.user_groups(),
+            uid_min=self.uid_min,
+            uid_max=self.uid_max,
+            allowed_groups=self.allowed_unix_groups,
+        )
+
+    def offered_profiles(self):
+        groups = self.check_account()
+        return [p for p in self.profiles() if p.allows(groups)]
