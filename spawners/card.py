@@ -3,14 +3,15 @@
 Plain functions of what the spawner and the shared poll know (no Slurm
 call): the session's job, nodes, GPUs, time left and how far it may be
 extended; how the last session ended when the user did not stop it; and
-the progress messages of a starting session. ``PortalSpawner.session_info``,
-``ended_info`` and ``progress`` pass their values here.
+the progress messages of a starting session. ``SessionCard`` gives
+PortalSpawner the methods the home page's template and ``progress`` call.
 """
 
 from datetime import datetime
 
 from portal.core.idle import describe_idle
 from portal.core.timelimit import describe_minutes, hours_left
+from portal.extend import ExtensionCheck
 from portal.slurm.model import describe_end
 
 
@@ -37,6 +38,18 @@ def progress_message(job_id, job_slice, job, port_reported):
     return {
         "progress": 60,
         "message": f"Job {job_id} allocated on {', '.join(job.nodes)}; starting Jupyter...",
+    }
+
+
+def end_record(job_id, nodes, **details):
+    """``PortalSpawner.last_end``: how the session of ``job_id`` on ``nodes``
+    ended (sacct's ``reason`` and the job's ``memory``, or the culler's
+    ``idle_seconds``), and when it was noticed."""
+    return {
+        "job_id": job_id,
+        "nodes": nodes,
+        **details,
+        "ended": datetime.now().isoformat(timespec="seconds"),
     }
 
 
@@ -99,3 +112,51 @@ def extend_info(job, job_slice, profile, unavailable):
         "extend_hours": more,
         "extend_unavailable": str(unavailable or ""),
     }
+
+
+class SessionCard:
+    """PortalSpawner's card for the home page (``session_info``,
+    ``ended_info``) and the progress page's messages, from the spawner's
+    state and the shared poll: each method passes the spawner's values to
+    the function of its name above."""
+
+    def _progress_message(self, poller):
+        job = poller.job(self.job_id) if self.job_id else None
+        return progress_message(self.job_id, self.job_slice, job, self.port_reported)
+
+    # -- the session card ----------------------------------------------------
+
+    def ended_info(self):
+        """How the last session ended when neither the user nor the hub
+        stopped it (or the idle culler did), for the home page
+        (``spawners.card``), or None."""
+        if self.job_id or not self.last_end:
+            return None
+        return ended_info(self.last_end)
+
+    def session_info(self):
+        """What the home page's session card shows (no Slurm call)."""
+        if not self.job_id:
+            return None
+        job = self.poller.job(self.job_id)
+        return session_info(
+            self.job_id,
+            job,
+            ip=self.ip,
+            gpu_indices=self.gpu_indices,
+            profile=self.profile,
+            job_slice=self.job_slice,
+            unknown=self.poller.unknown,
+            log=self.job_log,
+            extend=self._extend_info(job),
+        )
+
+    def _extend_info(self, job):
+        """The card's time limit and how many more hours the profile, as the
+        store has it now, allows (``spawners.extend_info``)."""
+        profile = self.profile
+        if profile is not None:
+            current = [p for p in self.profiles() if p.name == profile.name]
+            profile = current[0] if current else profile
+        unavailable = ExtensionCheck.shared(self.slurm_timeout, self.job_name).last_verdict()
+        return extend_info(job, self.job_slice, profile, unavailable)

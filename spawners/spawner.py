@@ -1,4 +1,5 @@
-"""PortalSpawner: one Slurm job per session, submitted as the user.
+"""PortalSpawner: one Slurm job per session, submitted as the user; its
+lifecycle (submit, start, poll, stop) and state.
 
 Built on batchspawner's SlurmSpawner (state, the batchspawner-singleuser port
 report, its traits); what changes:
@@ -14,41 +15,37 @@ report, its traits); what changes:
   timeouts and a minimal environment (``portal.slurm.commands``);
 - status comes from one shared poll for all sessions (``spawners.poller``),
   with three states: a failed query is "unknown", never "gone".
+
+Its settings are ``spawners.spawner_settings``; the spawn form is
+``spawners.form``, the home page's card ``spawners.card``, the session's
+certificate ``spawners.session_tls``, the wait for its answer ``spawners.reach``.
 """
 
 import asyncio
 import os
 import re
 import time
-from datetime import datetime
 
 from tornado import web
 
 from portal.core.idle import describe_idle, session_idle_seconds
-from portal.core.profiles import (
-    ProfileError,
-    profile_from_dict,
-)
+from portal.core.profiles import ProfileError, profile_from_dict
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
-from portal.extend import ExtensionCheck
-from portal.settings import defaults
 from portal.slurm import commands as slurm
 
 from . import card, form, reach
+from .card import SessionCard
 from .form import LinkOptions
 from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
-
-SLURM, HUB = defaults()["slurm"], defaults()["hub"]
-CULLING = defaults()["culling"]
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 # Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PortalSpawner(SessionCerts, PortalSpawnerSettings):
+class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.job_slice = None
@@ -378,13 +375,8 @@ class PortalSpawner(SessionCerts, PortalSpawnerSettings):
         home page: ``last_end`` is kept in the state until the next start."""
         reason = await self.job_end_reason()
         nodes = self._job_nodes()
-        self.last_end = {
-            "job_id": self.job_id,
-            "nodes": nodes,
-            "reason": reason,
-            "memory": self.job_slice.memory_limit if self.job_slice else "",
-            "ended": datetime.now().isoformat(timespec="seconds"),
-        }
+        memory = self.job_slice.memory_limit if self.job_slice else ""
+        self.last_end = card.end_record(self.job_id, nodes, reason=reason, memory=memory)
         self.log.info(
             "Job %s of %s on %s is no longer in the queue: %s",
             self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
@@ -397,13 +389,9 @@ class PortalSpawner(SessionCerts, PortalSpawnerSettings):
         """A stop asked by the idle culler, for the home page: ``last_end``
         says after how long idle (``ended_info``)."""
         idle = self.idle_seconds()
-        self.last_end = {
-            "job_id": self.job_id,
-            "nodes": self._job_nodes(),
-            "reason": "",
-            "idle_seconds": idle,
-            "ended": datetime.now().isoformat(timespec="seconds"),
-        }
+        self.last_end = card.end_record(
+            self.job_id, self._job_nodes(), reason="", idle_seconds=idle
+        )
         self.log.info(
             "Job %s of %s stopped by the idle culler after %s idle",
             self.job_id, self.user.name, describe_idle(idle),
@@ -458,47 +446,6 @@ class PortalSpawner(SessionCerts, PortalSpawnerSettings):
             if self.port_reported and self.ip:
                 return
             await poller.wait_changed(2)
-
-    def _progress_message(self, poller):
-        job = poller.job(self.job_id) if self.job_id else None
-        return card.progress_message(self.job_id, self.job_slice, job, self.port_reported)
-
-    # -- the session card ----------------------------------------------------
-
-    def ended_info(self):
-        """How the last session ended when neither the user nor the hub
-        stopped it (or the idle culler did), for the home page
-        (``spawners.card``), or None."""
-        if self.job_id or not self.last_end:
-            return None
-        return card.ended_info(self.last_end)
-
-    def session_info(self):
-        """What the home page's session card shows (no Slurm call)."""
-        if not self.job_id:
-            return None
-        job = self.poller.job(self.job_id)
-        return card.session_info(
-            self.job_id,
-            job,
-            ip=self.ip,
-            gpu_indices=self.gpu_indices,
-            profile=self.profile,
-            job_slice=self.job_slice,
-            unknown=self.poller.unknown,
-            log=self.job_log,
-            extend=self._extend_info(job),
-        )
-
-    def _extend_info(self, job):
-        """The card's time limit and how many more hours the profile, as the
-        store has it now, allows (``spawners.card.extend_info``)."""
-        profile = self.profile
-        if profile is not None:
-            current = [p for p in self.profiles() if p.name == profile.name]
-            profile = current[0] if current else profile
-        unavailable = ExtensionCheck.shared(self.slurm_timeout, self.job_name).last_verdict()
-        return card.extend_info(job, self.job_slice, profile, unavailable)
 
     # -- state -------------------------------------------------------------
 
