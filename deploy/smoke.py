@@ -71,7 +71,7 @@ class Run:
     folder: Path  # scratch folder in the user's home
     kernel: str
     parameters: dict
-    sbatch_args: list = field(default_factory=list)  # the job's resources
+    job_slice: object = None  # the job's resources (portal.core.slice.Slice)
     ranks: int = 0  # of a multi-node template: the ranks and nodes it must run on
     nodes: int = 0
     job_id: str = ""
@@ -187,14 +187,12 @@ def prepare(run, user):
 def submit(run, user, script):
     """Submit the run's job as the user (sudo resets the environment: HOME,
     USER, SHELL and PATH are the user's)."""
-    options = [
-        f"--job-name={JOB_NAME}",
-        f"--chdir={run.folder}",
-        f"--output={run.log}",
-        *run.sbatch_args,
-    ]
+    argv = slurm.sbatch_argv(
+        run.job_slice, job_name=JOB_NAME, chdir=run.folder, output=run.log,
+        time_limit=TIME_LIMIT_MINUTES,
+    )  # fmt: skip
     try:
-        run.job_id = asyncio.run(slurm.submit(user, script, options, SLURM_TIMEOUT))
+        run.job_id = asyncio.run(slurm.submit(user, script, argv, SLURM_TIMEOUT))
     except slurm.SlurmError as e:
         run.error = str(e)
 
@@ -377,10 +375,6 @@ def main(argv=None):
             max_nodes=nodes,
         )
 
-    def sbatch_args(job_slice):
-        options = [o for o in job_slice.sbatch_args() if not o.startswith("--time=")]
-        return [*options, f"--time={TIME_LIMIT_MINUTES}"]
-
     job_slice = gpu_slice(args.gpus)
     papermill = str(Path(envs["jupyter"], "bin", "papermill"))
     jupyter_data = str(Path(envs["jupyter"], "share", "jupyter"))
@@ -394,7 +388,7 @@ def main(argv=None):
             out / name,
             kernel_of(notebook),
             PARAMETERS.get(name, DEFAULT_PARAMETERS),
-            sbatch_args(job_slice),
+            job_slice,
         )
         for name, notebook in find_templates(templates, args.only).items()
     ]
@@ -422,7 +416,7 @@ def main(argv=None):
             )
             multi = gpu_slice(args.gpus * nodes)
         run.ranks, run.nodes = multi.total_gpus, multi.nodes
-        run.sbatch_args = sbatch_args(multi)
+        run.job_slice = multi
         print(
             f"smoke: {run.name} runs {run.ranks} ranks, one per GPU, on {run.nodes} node(s), "
             f"each {multi.gpus} GPU(s), {multi.cores} cores, {multi.mem_gb} GB",

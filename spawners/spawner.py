@@ -53,7 +53,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         self.session_tls = None  # {"key", "cert", "ca"}: PEM texts for the next batch script
         self.last_options = None  # the last options that passed validation (kept in the state)
         self.last_end = None  # how the last session ended without a stop (kept until next start)
-        self.stop_reason = ""  # "idle": the idle culler asked for the stop (spawn_handlers)
+        self.stop_reason = ""  # "idle": the idle culler asked for the stop (spawners.handlers)
         self.submitted_at = 0.0
         self.gpu_indices = {}  # node -> its GPU indices ("0-1"), from scontrol once running
         self._port_event = None

@@ -64,13 +64,6 @@ class Slice:
         node): ``48 GB``, ``48 GB per node`` over several."""
         return f"{self.mem_gb} GB" + (" per node" if self.nodes > 1 else "")
 
-    def sbatch_args(self):
-        """The slice's options on sbatch's command line, which
-        ``portal.slurm.commands.sbatch_argv`` writes (kept for deploy/smoke.py)."""
-        from portal.slurm.commands import resource_options
-
-        return resource_options(self)
-
     def describe(self):
         """``2 GPUs, 16 cores, 96 GB, 8 h on partition gpu``; over several nodes,
         ``2 nodes × 1 GPU = 2 GPUs, 16 cores, 96 GB, ...`` (the totals)."""

@@ -108,7 +108,9 @@ def as_root_helper(*args):
 # -- the sbatch command line -----------------------------------------------
 
 
-def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
+def sbatch_argv(
+    job_slice, *, job_name="", chdir="", output="/dev/null", time_limit=None, test_only=False
+):
     """sbatch's whole command line for a session of ``job_slice``: every
     option the portal gives sbatch is here (the batch script has no
     ``#SBATCH`` line). The slice's values are per node; one task per GPU on
@@ -124,6 +126,10 @@ def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
             --nodes=1 --ntasks-per-node=2 --partition=gpu --gres=gpu:2 --cpus-per-task=8
             --mem=96G --time=8:00:00 --no-requeue
 
+    ``output`` and ``time_limit`` (Slurm's minutes or ``H:MM:SS``; the
+    slice's hours by default) are deploy/smoke.py's, whose jobs keep sbatch's
+    output and run briefly.
+
     ``test_only``: the query behind the spawn page's expected start, with the
     same resources, submitting nothing::
 
@@ -132,7 +138,7 @@ def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
     if test_only:
         head, tail = ["--test-only"], ["--wrap=true"]
     else:
-        head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", "--output=/dev/null"]
+        head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", f"--output={output}"]
         tail = []
     return [
         "sbatch",
@@ -143,7 +149,7 @@ def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
         f"--gres=gpu:{job_slice.gpus}",
         f"--cpus-per-task={job_slice.cores_per_gpu}",
         f"--mem={job_slice.mem_gb}G",
-        f"--time={job_slice.time_limit}",
+        f"--time={time_limit or job_slice.time_limit}",
         # a requeued session could not report its port again: it ends instead
         "--no-requeue",
         *tail,
@@ -153,7 +159,7 @@ def sbatch_argv(job_slice, *, job_name="", chdir="", test_only=False):
 def resource_options(job_slice):
     """The slice's own options on ``sbatch_argv``'s command line (from
     ``--nodes`` to ``--no-requeue``), as the admin service shows them and
-    deploy/smoke.py submits its jobs with them."""
+    bench/spawn.py submits its own jobs with them."""
     return sbatch_argv(job_slice, test_only=True)[2:-1]
 
 
@@ -287,9 +293,6 @@ async def submit(username, script, argv, timeout):
     """Submit ``script`` (on stdin) as ``username`` with ``argv``, sbatch's
     whole command line (``sbatch_argv``); returns the job id. sbatch gets the
     reset environment of sudo."""
-    if argv[:1] != ["sbatch"]:
-        # options alone, as deploy/smoke.py still passes them: sbatch --parsable first
-        argv = ["sbatch", "--parsable", *argv]
     return parse_job_id(await run(as_user(username, argv), input=script, timeout=timeout))
 
 

@@ -3,6 +3,7 @@ from datetime import datetime
 
 import pytest
 
+from portal.slurm.commands import resource_options
 from portal.slurm.model import Node, snapshot_from_json, snapshot_to_json
 from portal.slurm.parse import gpu_count, parse_sinfo, parse_squeue, parse_will_run
 from spawners.poller import SlurmPoller, Snapshot
@@ -81,7 +82,7 @@ def test_expected_starts_are_asked_with_each_slices_own_submission_options(monke
     poller = SlurmPoller("unit-test", will_run_slices=lambda: [wide, wide, elsewhere])
     poller.partitions = full
     asyncio.run(poller._refresh_expected_starts())
-    assert asked == [["sbatch", "--test-only", *wide.sbatch_args(), "--wrap=true"]]
+    assert asked == [["sbatch", "--test-only", *resource_options(wide), "--wrap=true"]]
     assert "--cpus-per-task=16" in asked[0] and "--ntasks-per-node=1" in asked[0]
     assert poller.expected_start == {wide: datetime(2026, 11, 23, 18, 0)}
 

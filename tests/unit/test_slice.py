@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 
 from portal.core.slice import Slice, SliceError, make_slice
+from portal.slurm.commands import resource_options
 
 LIMITS = dict(partition="gpu", max_gpus=4, cores_per_gpu=8, mem_per_gpu_gb=48, max_hours=24)
 
@@ -11,7 +12,7 @@ LIMITS = dict(partition="gpu", max_gpus=4, cores_per_gpu=8, mem_per_gpu_gb=48, m
 def test_slice_scales_with_gpus(gpus):
     s = make_slice(gpus, 8, **LIMITS)
     assert (s.gpus, s.cores, s.mem_gb, s.hours) == (gpus, 8 * gpus, 48 * gpus, 8)
-    assert s.sbatch_args() == [
+    assert resource_options(s) == [
         "--nodes=1",
         f"--ntasks-per-node={gpus}",
         "--partition=gpu",
@@ -27,7 +28,7 @@ def test_a_multi_node_slice_is_per_node_on_sbatch_and_in_total_when_described():
     s = make_slice(1, 8, nodes=2, max_nodes=2, **LIMITS)
     assert (s.nodes, s.gpus, s.cores, s.mem_gb) == (2, 1, 8, 48)
     assert (s.total_gpus, s.total_cores, s.total_mem_gb) == (2, 16, 96)
-    assert s.sbatch_args()[:6] == [
+    assert resource_options(s)[:6] == [
         "--nodes=2",
         "--ntasks-per-node=1",
         "--partition=gpu",
