@@ -17,8 +17,9 @@
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
-# slurm_py ARGS...: deploy/slurm_setup.py, with this repository's package.
-slurm_py() { (cd "$REPO_DIR" && /usr/bin/python3 -m deploy.slurm_setup "$@"); }
+# slurm_py ARGS...: deploy/slurm_setup.py of this repository (-P: not a deploy/
+# of the working directory; the settings file is found from it, as common.sh's).
+slurm_py() { PYTHONPATH=$REPO_DIR /usr/bin/python3 -B -P -m deploy.slurm_setup "$@"; }
 # The paths (SLURM_CONF, CTLD_PID, ...) and nodes (NODES, NODE_NAMES, NODE_ADDR,
 # BRIDGE, HOST_ADDR) as deploy/slurm_conf.py names them in its files.
 facts=$(slurm_py shell) || exit 1
