@@ -34,6 +34,10 @@ file (/etc/mysql/portal-slurm.cnf), and listens on its Unix socket only
 (skip-networking). The password of slurm@localhost is made once and kept in
 /etc/slurm/slurmdbd.password and slurmdbd.conf (both root, 0600).
 
+The nodes' state as Slurm reports it (``sinfo``, ``scontrol show node``) is
+read here too: :func:`node_takes_jobs`, :func:`node_to_resume`,
+:func:`gres_ok`, :func:`slurmd_start_time`.
+
 GPUs: each node's devices are /dev/portal-gpu/NODE/gpu0..N-1, major 195 like
 NVIDIA's (a node's own /dev/nvidiaN on a real cluster), and like them 0666:
 the devices cgroup (ConstrainDevices) is what keeps a job to its own.

@@ -17,6 +17,7 @@ deploy/slurm.sh logs them, and exit 1.
 import argparse
 import glob
 import os
+import secrets
 import shlex
 import shutil
 import socket
@@ -130,6 +131,14 @@ def write_if_changed(path, text, mode=0o644):
             f"{path} was not written by this script;"
             " move it away to let the embedded cluster use its own"
         )
+    replace_file(path, text, mode)
+    log(f"wrote {path}")
+    return True
+
+
+def replace_file(path, text, mode=0o600):
+    """``path`` replaced whole by a root file holding ``text``, 0600 until its
+    mode is set."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
@@ -137,8 +146,6 @@ def write_if_changed(path, text, mode=0o644):
     os.chown(tmp, 0, 0)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
-    log(f"wrote {path}")
-    return True
 
 
 def ensure_db_password():
@@ -146,13 +153,7 @@ def ensure_db_password():
     path = Path(DB_PASS_FILE)
     if path.exists() and path.stat().st_size > 0:
         return
-    import secrets
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(secrets.token_urlsafe(24) + "\n")
-    os.replace(tmp, path)
+    replace_file(path, secrets.token_urlsafe(24) + "\n")
     log(f"new password of {DB_USER}@localhost in {DB_PASS_FILE}")
 
 
