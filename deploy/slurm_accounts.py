@@ -45,6 +45,8 @@ slurmctld reads its users again, which ``scontrol reconfigure`` does.
 import re
 from dataclasses import dataclass
 
+from portal.settings import group_name
+
 CLUSTER = "portal"
 ACCOUNT = "portal"
 QOS = "portal"  # the account's only QOS
@@ -202,16 +204,15 @@ def plan_qos(listing, wall, gpus):
 
 
 def portal_groups(allowed_groups):
-    """The portal's Unix groups: the cn of each ``[ldap] allowed_groups`` DN,
-    as portal/auth.py reads it (nslcd names LDAP groups by their cn).
+    """The portal's Unix groups: the cn of each ``[ldap] allowed_groups`` DN
+    (``portal.settings.group_name``, as the hub reads it), in order.
 
     >>> portal_groups(["cn=portal-users,ou=groups,dc=example", "ou=x,dc=example", "staff"])
     ['portal-users', 'ou=x,dc=example', 'staff']
     """
     groups = []
     for dn in allowed_groups:
-        attr, _, value = dn.split(",", 1)[0].partition("=")
-        group = (value.strip() if attr.strip().lower() == "cn" else dn).strip()
+        group = group_name(dn).strip()
         if group:
             groups.append(group)
     return groups
