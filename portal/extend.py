@@ -23,10 +23,10 @@ import re
 import time
 from typing import NamedTuple
 
-from portal.core.timelimit import ExtendError, describe_minutes, extended_limit, hours_left
+from portal.core.durations import describe_limit, slurm_time
+from portal.core.timelimit import ExtendError, extended_limit, hours_left
 from portal.helper import extend as extendhelper
 from portal.slurm import commands as slurm
-from portal.slurm.model import format_duration
 from portal.store import NotFound
 
 log = logging.getLogger("portal.extend")
@@ -265,7 +265,7 @@ class SessionExtender:
         except slurm.SlurmError as e:
             log.error(
                 "The time limit of job %s of %s was not set to %s: %s",
-                job_id, user, format_duration(new), e,
+                job_id, user, slurm_time(new), e,
             )  # fmt: skip
             message = f"The time limit was not changed ({e})"
             if not isinstance(e, slurm.HelperRefused):  # sudo did not run it: why?
@@ -279,14 +279,14 @@ class SessionExtender:
             log.exception("Could not audit the extension of job %s of %s", job_id, user)
         log.info(
             "%s extended job %s of %s (profile %s) from %s to %s",
-            actor, job_id, user, profile.name, format_duration(limit), format_duration(new),
+            actor, job_id, user, profile.name, slurm_time(limit), slurm_time(new),
         )  # fmt: skip
         try:  # read back: the limit and end as Slurm has them now
             now_limit, end = await self.limit(user, job_id)
         except ExtendError:  # ended meanwhile, or Slurm is slow: what was set
             now_limit, end = new, None
         result = self._describe(user, job_id, profile, now_limit, end)
-        result["previous_time_limit"] = format_duration(limit)
+        result["previous_time_limit"] = slurm_time(limit)
         return result
 
     async def check_slurm_caps(self, job_id, new):
@@ -302,8 +302,8 @@ class SessionExtender:
         for name, cap in caps.items():
             if cap is not None and new > cap:
                 raise ExtendError(
-                    f"{describe_minutes(new)} in all is more than Slurm's {name} allows "
-                    f"({describe_minutes(cap)})",
+                    f"{describe_limit(new)} in all is more than Slurm's {name} allows "
+                    f"({describe_limit(cap)})",
                     "hours",
                 )
 
@@ -313,8 +313,8 @@ class SessionExtender:
             "user": user,
             "job_id": str(job_id),
             "profile": profile.name,
-            "time_limit": format_duration(limit) if limit is not None else "UNLIMITED",
-            "time_limit_text": describe_minutes(limit) if limit is not None else "unlimited",
+            "time_limit": slurm_time(limit) if limit is not None else "UNLIMITED",
+            "time_limit_text": describe_limit(limit) if limit is not None else "unlimited",
             "end": end.isoformat(timespec="seconds") if end else None,
             "max_hours": profile.max_hours,
             "hours_left": hours_left(limit, profile.max_hours) if limit is not None else 0,

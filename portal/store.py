@@ -33,8 +33,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
+from portal.core.durations import slurm_time
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
-from portal.slurm.model import format_duration
 
 log = logging.getLogger("portal.store")
 
@@ -128,8 +128,8 @@ class TimeExtension(Base):
             "user": self.user,
             "job_id": self.job_id,
             "profile": self.profile,
-            "from_limit": format_duration(self.from_limit),
-            "to_limit": format_duration(self.to_limit),
+            "from_limit": slurm_time(self.from_limit),
+            "to_limit": slurm_time(self.to_limit),
             "from_minutes": self.from_limit,
             "to_minutes": self.to_limit,
         }

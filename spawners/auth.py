@@ -30,9 +30,10 @@ from ldapauthenticator import LDAPAuthenticator
 from tornado import web
 from traitlets import Float, Instance, Integer, List, default
 
+from portal.core.durations import describe_wait
 from portal.settings import defaults, group_name
 from spawners.jupyterhub_patches import mark_cookie_request
-from spawners.throttle import LoginThrottle, describe_wait
+from spawners.throttle import LoginThrottle
 
 LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
 

@@ -9,8 +9,8 @@ PortalSpawner the methods the home page's template and ``progress`` call.
 
 from datetime import datetime
 
-from portal.core.idle import describe_idle
-from portal.core.timelimit import describe_minutes, hours_left
+from portal.core.durations import describe_limit, describe_seconds, time_left
+from portal.core.timelimit import hours_left
 from portal.extend import ExtensionCheck
 from portal.slurm.model import describe_end
 
@@ -30,7 +30,7 @@ def progress_message(job_id, job_slice, job, port_reported):
             when = f"; expected start {job.start:%a %H:%M}"
             minutes = int((job.start - datetime.now()).total_seconds() // 60)
             if minutes > 0:
-                when += f" (in {minutes // 60} h {minutes % 60} min)"
+                when += f" (in {time_left(minutes, pad=False)})"
         reason = job.reason or "waiting"
         return {"progress": 30, "message": f"Job {job_id} queued: {reason}{when}"}
     if port_reported:
@@ -58,7 +58,7 @@ def ended_info(last_end):
     the user nor the hub stopped it, or the idle culler did: ``{"job_id",
     "nodes", "reason", "why", "ended"}``."""
     if last_end.get("idle_seconds"):
-        idle = describe_idle(last_end["idle_seconds"])
+        idle = describe_seconds(last_end["idle_seconds"])
         return {**last_end, "why": f"stopped after {idle} idle"}
     reason = last_end.get("reason", "")
     return {**last_end, "why": describe_end(reason, last_end.get("memory", ""))}
@@ -89,7 +89,7 @@ def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, l
     }
     if job and job.end and job.running:
         left = int((job.end - datetime.now()).total_seconds() // 60)
-        info["time_left"] = f"{left // 60} h {left % 60:02d} min" if left > 0 else "ending"
+        info["time_left"] = time_left(left) if left > 0 else "ending"
     info.update(extend)
     return info
 
@@ -107,7 +107,7 @@ def extend_info(job, job_slice, profile, unavailable):
     if profile is not None and limit is not None and job is not None and job.running:
         more = hours_left(limit, profile.max_hours)
     return {
-        "time_limit": describe_minutes(limit) if limit is not None else "",
+        "time_limit": describe_limit(limit) if limit is not None else "",
         "max_hours": profile.max_hours if profile is not None else 0,
         "extend_hours": more,
         "extend_unavailable": str(unavailable or ""),

@@ -5,7 +5,6 @@ a hub; ``spawners.auth`` asks it before each LDAP bind and tells it the result.
 The counts live in the memory of the hub's process: a hub restart forgets them.
 """
 
-import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -136,13 +135,3 @@ class LoginThrottle:
             if record.failures or record.in_progress or record.locked_until > now:
                 return
             del self._records[key]
-
-
-def describe_wait(seconds):
-    """A wait as the refusal states it, rounded up.
-
-    >>> describe_wait(230), describe_wait(300), describe_wait(44.2), describe_wait(0.3)
-    ('4 min', '5 min', '45 s', '1 s')
-    """
-    seconds = max(math.ceil(seconds), 1)
-    return f"{seconds} s" if seconds < 60 else f"{math.ceil(seconds / 60)} min"

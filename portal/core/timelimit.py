@@ -5,6 +5,7 @@ Limits are whole minutes, as Slurm keeps them; an extension adds whole hours
 and the total never passes the profile's ``max_hours``.
 """
 
+from .durations import describe_limit
 from .numbers import whole_number
 from .slice import FieldError
 
@@ -50,16 +51,6 @@ def hours_left(limit_minutes, max_hours):
     return max(max_hours * 60 - limit_minutes, 0) // 60
 
 
-def describe_minutes(minutes):
-    """A limit as people read it.
-
-    >>> describe_minutes(300), describe_minutes(90), describe_minutes(1500)
-    ('5 h', '1 h 30 min', '25 h')
-    """
-    hours, rest = divmod(int(minutes), 60)
-    return f"{hours} h {rest} min" if rest else f"{hours} h"
-
-
 def extended_limit(limit_minutes, hours, max_hours, profile_name):
     """The new limit, in minutes, of a session whose limit is ``limit_minutes``
     once ``hours`` (already parsed) are added; ExtendError (400) when it would
@@ -81,12 +72,12 @@ def extended_limit(limit_minutes, hours, max_hours, profile_name):
     allows = f"profile {profile_name} allows {max_hours} h"
     if left == 0:
         raise ExtendError(
-            f"{hours} more {more} would make {describe_minutes(new)}; {allows}, "
-            f"and the session has {describe_minutes(limit_minutes)} already: "
+            f"{hours} more {more} would make {describe_limit(new)}; {allows}, "
+            f"and the session has {describe_limit(limit_minutes)} already: "
             "it cannot be extended",
             "hours",
         )
     raise ExtendError(
-        f"{hours} more {more} would make {describe_minutes(new)}; {allows}: at most {left} more",
+        f"{hours} more {more} would make {describe_limit(new)}; {allows}: at most {left} more",
         "hours",
     )

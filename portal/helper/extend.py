@@ -185,10 +185,10 @@ def slurm_minutes(text):
     return int(days or 0) * 1440 + hours * 60 + minutes
 
 
-def format_duration(minutes):
+def slurm_time(minutes):
     """Minutes as ``scontrol update ... TimeLimit=`` takes them.
 
-    >>> format_duration(300), format_duration(1500)
+    >>> slurm_time(300), slurm_time(1500)
     ('05:00:00', '1-01:00:00')
     """
     days, rest = divmod(int(minutes), 1440)
@@ -311,7 +311,7 @@ def extend(argv, system):
     check_job(job, system)
     new = check_limit(job, request, system)
     system.set_limit(job.id, new)
-    return format_duration(new)
+    return slurm_time(new)
 
 
 def check_job(job, system):
@@ -363,22 +363,20 @@ def check_limit(job, request, system):
         raise Refused(f"job {job.id} has no time limit: it needs no extension")
     if new <= job.limit:
         raise Refused(
-            f"{format_duration(new)} is not longer than job {job.id}'s limit "
-            f"{format_duration(job.limit)}: this helper only lengthens"
+            f"{slurm_time(new)} is not longer than job {job.id}'s limit "
+            f"{slurm_time(job.limit)}: this helper only lengthens"
         )
     if new > request.profile_max:
         raise Refused(
-            f"{format_duration(new)} is more than the session's profile allows "
-            f"({format_duration(request.profile_max)})"
+            f"{slurm_time(new)} is more than the session's profile allows "
+            f"({slurm_time(request.profile_max)})"
         )
     for what, cap in (
         (f"partition {job.partition}", system.partition_max(job.partition)),
         (f"QOS {job.qos}", system.qos_max(job.qos)),
     ):
         if cap is not None and new > cap:
-            raise Refused(
-                f"{format_duration(new)} is more than {what} allows ({format_duration(cap)})"
-            )
+            raise Refused(f"{slurm_time(new)} is more than {what} allows ({slurm_time(cap)})")
     return new
 
 
@@ -465,7 +463,7 @@ class System:
             return read_registration(f.read(65536).decode("utf-8", "replace"), job_name)
 
     def set_limit(self, job_id, minutes):
-        self.slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={format_duration(minutes)}")
+        self.slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={slurm_time(minutes)}")
 
 
 def main(argv=None, system=None):

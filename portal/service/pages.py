@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 from jupyterhub.utils import url_path_join
 from tornado import web
 
+from portal.core.durations import time_left
 from portal.core.numbers import whole_number
 from portal.core.profiles import profile_from_dict
 from portal.core.slice import FieldError
@@ -176,5 +177,4 @@ class ClusterPage(BaseHandler):
 def format_left(seconds):
     if seconds is None:
         return ""
-    seconds = max(int(seconds), 0)
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return time_left(max(int(seconds), 0) // 60)

@@ -127,18 +127,6 @@ class Partition:
         return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
 
 
-def format_duration(minutes):
-    """Minutes as Slurm writes a time limit (``scontrol show job``'s
-    ``TimeLimit``), and as ``scontrol update ... TimeLimit=`` takes it.
-
-    >>> format_duration(300), format_duration(90), format_duration(1500)
-    ('05:00:00', '01:30:00', '1-01:00:00')
-    """
-    days, rest = divmod(int(minutes), 1440)
-    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
-    return f"{days}-{clock}" if days else clock
-
-
 def parse_time(text):
     """A Slurm time stamp (``2026-11-23T15:20:44``) as a datetime; None for
     ``N/A``, ``Unknown``, ``None`` or anything else."""

@@ -23,10 +23,11 @@ from traitlets.config import Config
 
 import portal.core.timelimit
 import portal.extend
+from portal.core.durations import slurm_time
 from portal.core.timelimit import ExtendError, extended_limit, hours_left, parse_hours
 from portal.extend import RECHECK_SECONDS, ExtensionCheck, SessionExtender, may_extend
 from portal.slurm import commands
-from portal.slurm.model import Job, format_duration
+from portal.slurm.model import Job
 from portal.slurm.parse import SlurmError, max_time_minutes
 from portal.store import ProfileStore, default_url
 from spawners import hub_config
@@ -78,7 +79,7 @@ def test_the_total_never_passes_the_profile():
 
 @pytest.mark.parametrize("minutes", [30, 60, 300, 1439, 1440, 1500, 7 * 1440])
 def test_limits_written_as_slurm_reads_them(minutes):
-    assert max_time_minutes(format_duration(minutes)) == minutes
+    assert max_time_minutes(slurm_time(minutes)) == minutes
 
 
 def test_owner_or_admin():

@@ -16,20 +16,20 @@ import pytest
 
 import portal.helper.extend
 from portal import settings
+from portal.core.durations import slurm_time as hub_slurm_time
 from portal.helper.extend import (
     MAX_MINUTES,
     SUDOERS_ARGS,
     Hub,
     Job,
     Refused,
-    format_duration,
     main,
     read_registration,
     registration,
     slurm_minutes,
+    slurm_time,
     trusted,
 )
-from portal.slurm.model import format_duration as hub_format_duration
 from portal.slurm.parse import max_time_minutes
 
 SESSION = "portal-jupyter"
@@ -311,8 +311,8 @@ def test_the_helper_reads_time_limits_as_the_hub_does(text):
 
 @pytest.mark.parametrize("minutes", [1, 59, 60, 300, 1439, 1440, 1500, 10079, MAX_MINUTES])
 def test_the_helper_writes_time_limits_as_the_hub_does(minutes):
-    assert format_duration(minutes) == hub_format_duration(minutes)
-    assert slurm_minutes(format_duration(minutes)) == minutes
+    assert slurm_time(minutes) == hub_slurm_time(minutes)
+    assert slurm_minutes(slurm_time(minutes)) == minutes
 
 
 @pytest.mark.parametrize("text", ["-5", "1-", "5:", "1:2:3:4", "x", "٣:00"])

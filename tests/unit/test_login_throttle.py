@@ -6,7 +6,8 @@ import doctest
 import pytest
 
 import spawners.throttle
-from spawners.throttle import LoginThrottle, describe_wait
+from portal.core.durations import describe_wait
+from spawners.throttle import LoginThrottle
 
 
 class Clock:
