@@ -17,7 +17,6 @@ variable                          what                                    field
 ``PORTAL_ACTIVITY_SECONDS``       seconds between activity reports (0:    ``activity_seconds``
                                   none)
 ``PORTAL_GPU_BUSY_PERCENT``       a GPU this busy keeps the session on    ``gpu_busy_percent``
-``PORTAL_IDLE_EXTRA_SECONDS``     the profile's idle time past the site's ``idle_extra_seconds``
 ``PORTAL_PROFILE``                the profile's name                      ``profile``
 ``PORTAL_ENVIRONMENT``            the profile's environment               ``environment``
 ================================  ======================================  ==================
@@ -42,7 +41,6 @@ def _site():
         "warn_minutes": site["slurm"]["warn_minutes"],
         "activity_seconds": float(site["culling"]["activity_seconds"]),
         "gpu_busy_percent": float(site["culling"]["gpu_busy_percent"]),
-        "idle_extra_seconds": 0.0,
         "profile": "",
         "environment": "",
     }
@@ -56,7 +54,6 @@ class SessionEnv:
     warn_minutes: int
     activity_seconds: float
     gpu_busy_percent: float
-    idle_extra_seconds: float
     profile: str
     environment: str
 
@@ -77,9 +74,9 @@ class SessionEnv:
     def to_environ(self):
         """The variables, as the batch script exports them (text).
 
-        >>> env = SessionEnv.site_defaults(warn_minutes=30, idle_extra_seconds=7200.0)
-        >>> env.to_environ()["PORTAL_WARN_MINUTES"], env.to_environ()["PORTAL_IDLE_EXTRA_SECONDS"]
-        ('30', '7200')
+        >>> env = SessionEnv.site_defaults(warn_minutes=30, gpu_busy_percent=5.0)
+        >>> env.to_environ()["PORTAL_WARN_MINUTES"], env.to_environ()["PORTAL_GPU_BUSY_PERCENT"]
+        ('30', '5')
         """
         return {
             self.variable(k): f"{v:g}" if isinstance(v, float) else str(v)

@@ -6,6 +6,7 @@ calls these; each only sets values on ``c`` from ``settings``.
 
 import asyncio
 import json
+import logging
 import os
 import ssl
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from portal import settings as site_settings
+from portal.core.profiles import slice_defaults
 from portal.tlscontext import HSTS
 
 
@@ -159,19 +161,32 @@ def configure_auth(c, settings):
     c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 
-def profile_defaults(settings):
-    """The [slurm] values that profiles without their own take."""
-    from portal.core.profiles import SLICE_FIELDS
-
-    return {key: settings["slurm"][key] for key in SLICE_FIELDS}
-
-
 def settings_profiles():
     """The profiles of the site settings, read anew at each call, as dicts with
     the [slurm] defaults filled in; the spawner validates them. They seed the
     profile store on its first start."""
     site = site_settings.load()
-    return [{**profile_defaults(site), **p} for p in site["profiles"]]
+    return [{**slice_defaults(site), **p} for p in site["profiles"]]
+
+
+def unseeded_edits(store, seeded):
+    """{name: fields} of the settings' profiles (dicts, as seeded) whose fields
+    differ from the store's: an edit of portal.toml after the first start,
+    which the store, the truth, never takes."""
+    from portal.core.profiles import profile_from_dict
+    from portal.store import NotFound, fields_of
+
+    edits = {}
+    for data in seeded:
+        try:
+            held = fields_of(store.get(data["name"]))
+            wanted = fields_of(profile_from_dict(data))
+        except (NotFound, ValueError, KeyError):
+            continue
+        fields = [f for f in wanted if f != "revision" and wanted[f] != held[f]]
+        if fields:
+            edits[data["name"]] = fields
+    return edits
 
 
 class StoreProfiles:
@@ -185,7 +200,15 @@ class StoreProfiles:
 
         self.store = ProfileStore(store_url(settings))
         self.store.upgrade()
-        self.store.seed(settings_profiles())
+        seeded = settings_profiles()
+        self.store.seed(seeded)
+        for name, fields in unseeded_edits(self.store, seeded).items():
+            logging.getLogger("portal").warning(
+                "Profile %s in the settings differs from the profile store's (%s): sessions "
+                "use the store's. The settings seed only profiles the store never held; "
+                "edit this one at /services/portal/profiles/%s",
+                name, ", ".join(fields), name,
+            )  # fmt: skip
 
     def __call__(self):
         return self.store.profiles()
@@ -313,6 +336,8 @@ def configure_culling(c, settings):
         "jupyterhub_idle_culler",
         f"--timeout={timeout}",
         f"--cull-every={culling['every_seconds']}",
+        # each session's own limit (a profile's longer idle_minutes), from its state
+        f"--config={Path(__file__).parent / 'idle_culler_config.py'}",
     ]
     if is_internal_tls(settings):
         # the culler calls the hub's API with the hub's own internal
@@ -326,7 +351,14 @@ def configure_culling(c, settings):
         {
             "name": CULLER_SERVICE,
             "description": "Stops sessions idle for [culling] idle_minutes",
-            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+            # admin:server_state: each session's own idle limit, in its state
+            "scopes": [
+                "list:users",
+                "read:users:activity",
+                "read:servers",
+                "admin:server_state",
+                "delete:servers",
+            ],  # fmt: skip
             "services": [CULLER_SERVICE],
         }
     )

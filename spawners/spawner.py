@@ -28,7 +28,9 @@ import time
 
 from tornado import web
 
-from portal.core.idle import describe_idle, session_idle_seconds
+from portal.contract import SessionEnv
+from portal.core.durations import describe_seconds
+from portal.core.idle import session_idle_seconds
 from portal.core.profiles import ProfileError, profile_from_dict
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
@@ -142,16 +144,15 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         hub's variables for the server (its own API token among them) and
         the portal's; nothing of the hub's own environment (``env_keep``)."""
         env = super().get_env()
-        env["PORTAL_LOG_DIR"] = self.log_dir
-        env["PORTAL_WARN_MINUTES"] = str(self.warn_minutes)
-        if self.profile:
-            env["PORTAL_PROFILE"] = self.profile.name
-            env["PORTAL_ENVIRONMENT"] = self.profile.environment
-        # what the session's activity reporter needs (portal.session.activity)
-        env["PORTAL_ACTIVITY_SECONDS"] = f"{self.activity_interval:g}"
-        env["PORTAL_GPU_BUSY_PERCENT"] = f"{self.gpu_busy_percent:g}"
-        extra = self.idle_seconds() - self.idle_timeout if self.idle_timeout else 0
-        env["PORTAL_IDLE_EXTRA_SECONDS"] = f"{extra:g}"
+        told = SessionEnv(  # portal/contract.py: what the session reads back
+            log_dir=self.log_dir,
+            warn_minutes=self.warn_minutes,
+            activity_seconds=self.activity_interval,
+            gpu_busy_percent=self.gpu_busy_percent,
+            profile=self.profile.name if self.profile else "",
+            environment=self.profile.environment if self.profile else "",
+        )
+        env.update({k: v for k, v in told.to_environ().items() if v})
         return env
 
     def cmd_formatted_for_batch(self):
@@ -394,7 +395,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         )
         self.log.info(
             "Job %s of %s stopped by the idle culler after %s idle",
-            self.job_id, self.user.name, describe_idle(idle),
+            self.job_id, self.user.name, describe_seconds(idle),
         )  # fmt: skip
 
     def start_polling(self):
@@ -462,6 +463,9 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
             state["last_options"] = self.last_options
         if self.last_end:
             state["last_end"] = self.last_end
+        if self.idle_timeout and self.job_slice:
+            # the idle culler's arbiter holds the session to it (portal.core.idle)
+            state["idle_seconds"] = self.idle_seconds()
         return state
 
     def load_state(self, state):

@@ -1,12 +1,14 @@
 """How long a session may idle before the culler stops it.
 
-The site's ``[culling] idle_minutes`` is the idle culler's one timeout
-(jupyterhub-idle-culler has one for every server). A profile may let its
-sessions idle longer (``Profile.idle_minutes``; 0 takes the site's): such a
-session's own activity reporter (``portal.session.activity``) reports its
-last activity that much later, up to the present, so the culler's one
-timeout ends it after the profile's. A profile cannot shorten the site's
-timeout: the culler has already stopped every session idle that long.
+The site's ``[culling] idle_minutes`` is the idle culler's timeout
+(jupyterhub-idle-culler's ``--timeout``). A profile may let its sessions idle
+longer (``Profile.idle_minutes``; 0 takes the site's): the spawner keeps the
+session's own limit in the server's state (``idle_seconds``), and the
+culler's documented hook, ``cull_arbiter_hook``, is ``cull_arbiter`` below
+(spawners/idle_culler_config.py), which holds each session to its own
+limit. Every session reports its real last activity
+(``portal.session.activity``). A profile cannot shorten the site's timeout:
+the culler's own timeout is the least.
 """
 
 from .profiles import ProfileError
@@ -32,20 +34,29 @@ def session_idle_seconds(site_seconds, profile_minutes):
     return max(site_seconds, (profile_minutes or 0) * 60)
 
 
-def describe_idle(seconds):
-    """A short phrase for an idle time, as the home page writes it.
+def cull_arbiter(*, inactive, inactive_limit, server, **kwargs):
+    """jupyterhub-idle-culler's ``cull_arbiter_hook``: whether a server idle
+    for ``inactive`` (a timedelta) is culled: past its session's own limit
+    (the ``idle_seconds`` of its state, which the culler reads with the scope
+    ``admin:server_state``), never before the culler's ``inactive_limit``.
 
-    >>> describe_idle(7200), describe_idle(5400), describe_idle(2700), describe_idle(30)
-    ('2 h', '1 h 30 min', '45 min', '30 s')
+    >>> from datetime import timedelta as td
+    >>> long = {"state": {"idle_seconds": 14400}}
+    >>> cull_arbiter(inactive=td(hours=3), inactive_limit=7200, server=long)
+    False
+    >>> cull_arbiter(inactive=td(hours=4), inactive_limit=7200, server=long)
+    True
+    >>> cull_arbiter(inactive=td(hours=2), inactive_limit=7200, server={"state": {}})
+    True
+    >>> short = {"state": {"idle_seconds": 60}}
+    >>> cull_arbiter(inactive=td(hours=1), inactive_limit=7200, server=short)
+    False
     """
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    hours, minutes = divmod(minutes, 60)
-    if not hours:
-        return f"{minutes} min"
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    state = server.get("state") or {}
+    own = state.get("idle_seconds") if isinstance(state, dict) else None
+    if isinstance(own, bool) or not isinstance(own, (int, float)):
+        own = 0
+    return inactive.total_seconds() >= max(inactive_limit, own)
 
 
 def check_culling(culling):

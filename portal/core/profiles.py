@@ -36,6 +36,12 @@ SLICE_FIELDS = (
 SLICE_DEFAULTS = defaults()["slurm"]
 
 
+def slice_defaults(settings):
+    """The site's [slurm] values that a profile without its own takes (the
+    hub's settings profiles and the admin service's new ones alike)."""
+    return {key: settings["slurm"][key] for key in SLICE_FIELDS}
+
+
 class ProfileError(FieldError):
     """An invalid profile, or a profile the user may not use."""
 

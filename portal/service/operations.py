@@ -12,7 +12,7 @@ from tornado.httpclient import HTTPClientError
 
 from portal.core.idle import check_profile_idle
 from portal.core.numbers import whole_number
-from portal.core.profiles import MAX_REVISION, ProfileError, profile_from_dict
+from portal.core.profiles import MAX_REVISION, ProfileError, profile_from_dict, slice_defaults
 from portal.core.slice import FieldError
 from portal.extend import USER_RE, no_session
 from portal.service.cluster import check_profile
@@ -85,14 +85,7 @@ class ProfileOperations:
         self.cluster = cluster
         self.settings = settings
         self.hub_api = hub_api
-        slurm = settings["slurm"]
-        self.defaults = {
-            "partition": slurm["partition"],
-            "cores_per_gpu": slurm["cores_per_gpu"],
-            "mem_per_gpu_gb": slurm["mem_per_gpu_gb"],
-            "default_hours": slurm["default_hours"],
-            "max_hours": slurm["max_hours"],
-        }
+        self.defaults = slice_defaults(settings)
 
     async def validate(self, data):
         """A Profile from ``data``, checked on its own and against the live cluster."""

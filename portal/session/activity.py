@@ -15,19 +15,15 @@ no output, looks idle to it. So the session's server runs an
 ``ActivityReporter`` that samples the rule every ``PORTAL_ACTIVITY_SECONDS``
 and posts the result to the hub (``POST $JUPYTERHUB_API_URL/users/NAME/activity``
 with the server's own token), whenever it is later than its last report.
-
-**A profile's longer timeout** (``reported_activity``): the culler has one
-timeout, the site's. A session whose profile allows ``E`` more seconds idle
-(``PORTAL_IDLE_EXTRA_SECONDS``) reports ``min(now, last activity + E)``: the
-hub sees it active for ``E`` seconds after its real last activity, and the
-culler stops it ``E`` seconds after the site's timeout would have.
+A profile's longer idle time is the culler's to apply
+(``portal.core.idle.cull_arbiter``): the session reports its real activity.
 """
 
 import asyncio
 import json
 import logging
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -79,13 +75,6 @@ def last_activity(
     return max(t for t in (server_activity, previous) if t is not None)
 
 
-def reported_activity(now, last_active, extra_idle_seconds=0):
-    """What the session reports to the hub: its last activity, later by the
-    ``extra_idle_seconds`` its profile allows beyond the culler's timeout,
-    never later than ``now``."""
-    return min(now, last_active + timedelta(seconds=max(0, extra_idle_seconds)))
-
-
 def isoformat(when):
     """An aware datetime as the hub's API takes it (UTC, ``Z``)."""
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
@@ -111,7 +100,6 @@ class ActivityReporter:
         server_name="",
         interval=DEFAULT_INTERVAL,
         gpu_busy_percent=DEFAULT_GPU_BUSY_PERCENT,
-        extra_idle_seconds=0.0,
         ssl_options=None,
         log=log,
     ):
@@ -123,7 +111,6 @@ class ActivityReporter:
         self.server_name = server_name
         self.interval = interval
         self.gpu_busy_percent = gpu_busy_percent
-        self.extra_idle_seconds = extra_idle_seconds
         self.ssl_options = ssl_options
         self.log = log
         self.last_active = None  # the rule's last result
@@ -156,7 +143,6 @@ class ActivityReporter:
             server_name=environ.get("JUPYTERHUB_SERVER_NAME", ""),
             interval=interval,
             gpu_busy_percent=hub.gpu_busy_percent,
-            extra_idle_seconds=hub.idle_extra_seconds,
             ssl_options=ssl_options,
             log=log,
         )
@@ -179,7 +165,7 @@ class ActivityReporter:
             self.gpu_busy_percent,
             self.last_active,
         )
-        return reported_activity(now, self.last_active, self.extra_idle_seconds)
+        return min(now, self.last_active)
 
     async def report(self):
         """Sample, and post the result when it is later than the last report."""
@@ -213,9 +199,8 @@ class ActivityReporter:
         if self._task is None:
             self._task = asyncio.ensure_future(self.run())
             self.log.info(
-                "Reporting activity to the hub every %g s (GPUs busy above %g%%; %g s idle "
-                "beyond the hub's timeout)",
-                self.interval, self.gpu_busy_percent, self.extra_idle_seconds,
+                "Reporting activity to the hub every %g s (GPUs busy above %g%%)",
+                self.interval, self.gpu_busy_percent,
             )  # fmt: skip
 
     def stop(self):

@@ -7,7 +7,9 @@ server, her Slurm job is gone (its GPUs free) and her home page says
 "stopped after 30 s idle" with the relaunch button. bob's kernel runs a
 silent ``time.sleep`` loop, which sends nothing: his server's own view
 (what JupyterHub's singleuser reports) is as old as its start, yet the
-session's activity rule reports it active and the culler keeps it.
+session's activity rule reports it active and the culler keeps it. carol's
+profile allows 1 min idle: the culler's arbiter (``portal.core.idle``) holds
+her session to that, not to the site's 30 s.
 """
 
 import asyncio
@@ -50,7 +52,16 @@ every_seconds = {EVERY}
 activity_seconds = {EVERY}
 """
     + PYTORCH_PROFILE
+    + """
+[[profiles]]
+name = "longidle"
+display_name = "Long idle"
+environment = "pytorch"
+max_gpus = 4
+idle_minutes = 1
+"""
 )
+LONG_IDLE_SECONDS = 60
 SLEEP_LOOP = "import time\nwhile True:\n    time.sleep(1)"
 
 
@@ -90,15 +101,17 @@ def since(stamp):
 
 def test_an_idle_session_is_culled_and_a_silently_busy_kernel_keeps_one(culling_hub, accounts):
     clients = {}
-    for name in ("alice", "bob"):
+    profiles = {"alice": "pytorch", "bob": "pytorch", "carol": "longidle"}
+    for name, profile in profiles.items():
         clients[name] = client = HubClient(culling_hub)
         assert client.login(name, accounts[name]["password"]).status_code == 302
-        r = client.api("POST", f"/users/{name}/server", json={"profile": "pytorch", "gpus": 1})
+        r = client.api("POST", f"/users/{name}/server", json={"profile": profile, "gpus": 1})
         assert r.status_code in (201, 202), r.text
-    alice, bob = clients["alice"], clients["bob"]
+    alice, bob, carol = clients["alice"], clients["bob"], clients["carol"]
     try:
         alice.wait_ready("alice")
         bob.wait_ready("bob")
+        carol.wait_ready("carol")
         [(alice_job, _)] = jobs("alice")
 
         # bob's kernel: a silent loop, started as the browser does, its tab then closed
@@ -134,6 +147,17 @@ def test_an_idle_session_is_culled_and_a_silently_busy_kernel_keeps_one(culling_
         assert f"Slurm job {alice_job}" in ended.group(1)
         assert f"stopped after {IDLE_SECONDS} s idle" in ended.group(1)
         assert 'id="relaunch"' in home
+
+        # carol, idle too, is held to her profile's minute, not the site's 30 s
+        deadline = time.monotonic() + LONG_IDLE_SECONDS + 4 * EVERY + 30
+        last = None
+        while (servers := carol.user_model("carol")["servers"]) and time.monotonic() < deadline:
+            last = servers[""]["last_activity"] or last
+            time.sleep(1)
+        assert not carol.user_model("carol")["servers"], "carol's idle session was not culled"
+        assert last and since(last) >= LONG_IDLE_SECONDS, last  # not at the site's 30 s
+        home = carol.session.get(carol.url("/hub/home"), timeout=30).text
+        assert "stopped after 1 min idle" in home, home[-3000:]
 
         # bob, whose kernel computes silently, is kept past the timeout
         wait = IDLE_SECONDS + 2 * EVERY + 5 - (time.monotonic() - bob_busy_since)

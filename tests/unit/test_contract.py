@@ -10,13 +10,12 @@ from portal.settings import defaults
 def test_what_the_hub_exports_the_session_reads_back():
     sent = SessionEnv(
         log_dir=".logs", warn_minutes=30, activity_seconds=20.0, gpu_busy_percent=5.5,
-        idle_extra_seconds=7200.0, profile="vision", environment="pytorch",
+        profile="vision", environment="pytorch",
     )  # fmt: skip
     assert SessionEnv.from_environ(sent.to_environ()) == sent
     assert set(sent.to_environ()) == {
         "PORTAL_LOG_DIR", "PORTAL_WARN_MINUTES", "PORTAL_ACTIVITY_SECONDS",
-        "PORTAL_GPU_BUSY_PERCENT", "PORTAL_IDLE_EXTRA_SECONDS", "PORTAL_PROFILE",
-        "PORTAL_ENVIRONMENT",
+        "PORTAL_GPU_BUSY_PERCENT", "PORTAL_PROFILE", "PORTAL_ENVIRONMENT",
     }  # fmt: skip
 
 

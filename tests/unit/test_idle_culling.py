@@ -3,21 +3,28 @@ hub service, a profile's own idle minutes, what the spawner tells the session,
 and a stop by the culler as the home page shows it."""
 
 import dataclasses
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from batchspawner import SlurmSpawner
 from traitlets.config import Config
 
+import spawners
 from portal import settings
+from portal.core.durations import describe_seconds
 from portal.core.idle import (
     CULLER_SERVICE,
     check_culling,
     check_profile_idle,
-    describe_idle,
+    cull_arbiter,
     session_idle_seconds,
 )
 from portal.core.profiles import Profile, ProfileError, profile_from_dict
+from portal.core.slice import make_slice
 from spawners.hub_config import configure_culling
 from spawners.spawner import PortalSpawner
 
@@ -82,10 +89,11 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
         "jupyterhub_idle_culler",
         "--timeout=5400",
         "--cull-every=30",
+        f"--config={Path(spawners.__file__).parent / 'idle_culler_config.py'}",
     ]
     # with the hub's internal_ssl, it calls the hub with the hub's internal certificate
     c = hub_config({"idle_minutes": 90.0, "every_seconds": 30}, internal_tls=True)
-    assert c.JupyterHub.services[1]["command"][5:] == [
+    assert c.JupyterHub.services[1]["command"][6:] == [
         "--ssl-enabled=true",
         "--internal-certs-location=/s/internal-ssl",
     ]
@@ -95,10 +103,23 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
         "list:users",
         "read:users:activity",
         "read:servers",
+        "admin:server_state",  # each session's own idle limit
         "delete:servers",
     }
     assert c.PortalSpawner.idle_timeout == 5400
     assert c.PortalSpawner.activity_interval == 60
+
+
+def test_the_culler_loads_the_arbiter_from_its_configuration_file():
+    code = (
+        "from jupyterhub_idle_culler import IdleCuller\n"
+        "app = IdleCuller()\n"
+        f"app.load_config_file({str(Path(spawners.__file__).parent / 'idle_culler_config.py')!r})\n"
+        "print(app.cull_arbiter_hook.__module__, app.cull_arbiter_hook.__name__)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["portal.core.idle", "cull_arbiter"]
 
 
 def test_no_culler_when_culling_is_off():
@@ -123,7 +144,7 @@ def test_a_profile_may_idle_longer_than_the_site_never_shorter():
         assert e.value.field == "idle_minutes"
     assert session_idle_seconds(7200, 480) == 28800
     assert session_idle_seconds(7200, 0) == session_idle_seconds(7200, 30) == 7200
-    assert [describe_idle(s) for s in (7200, 28800, 5400, 600, 30)] == [
+    assert [describe_seconds(s) for s in (7200, 28800, 5400, 600, 30)] == [
         "2 h",
         "8 h",
         "1 h 30 min",
@@ -141,13 +162,30 @@ def spawner(profile_minutes=0):
     return s
 
 
-def test_the_session_is_told_its_threshold_interval_and_extra_idle_time(monkeypatch):
+def test_the_session_is_told_its_threshold_and_interval_the_culler_its_limit(monkeypatch):
     monkeypatch.setattr(SlurmSpawner, "get_env", lambda self: {})  # the hub's part
     env = spawner(profile_minutes=240).get_env()
     assert env["PORTAL_ACTIVITY_SECONDS"] == "60"
     assert env["PORTAL_GPU_BUSY_PERCENT"] == "20"
-    assert env["PORTAL_IDLE_EXTRA_SECONDS"] == "7200"  # 4 h allowed, the culler's 2 h
-    assert spawner().get_env()["PORTAL_IDLE_EXTRA_SECONDS"] == "0"
+    assert "PORTAL_IDLE_EXTRA_SECONDS" not in env  # the culler holds it to its limit
+    s = spawner(profile_minutes=240)
+    s.job_slice = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
+                             mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+    assert s.get_state()["idle_seconds"] == 14400  # 4 h allowed, the culler's 2 h
+    s = spawner()
+    s.job_slice = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
+                             mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+    assert s.get_state()["idle_seconds"] == 7200
+
+
+def test_the_culler_holds_each_session_to_its_own_limit():
+    idle = timedelta(hours=3)
+    server = {"name": "", "state": {"idle_seconds": 14400}}
+    assert not cull_arbiter(inactive=idle, inactive_limit=7200, server=server)
+    assert cull_arbiter(inactive=idle, inactive_limit=7200, server={"state": {}})
+    assert cull_arbiter(inactive=idle, inactive_limit=7200, server={"state": None})
+    odd = {"state": {"idle_seconds": "forever"}}  # not a number: the culler's timeout
+    assert cull_arbiter(inactive=idle, inactive_limit=7200, server=odd)
 
 
 async def test_a_stop_by_the_culler_shows_on_the_home_page_and_cancels_the_job():

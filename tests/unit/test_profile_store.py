@@ -26,6 +26,14 @@ def store(tmp_path):
     return s
 
 
+def test_an_edit_of_the_settings_after_the_first_start_is_named(store):
+    from spawners.hub_config import unseeded_edits
+
+    assert unseeded_edits(store, SEED) == {}
+    edited = [{**SEED[0], "max_gpus": 2, "description": "new"}, SEED[1], {**SEED[0], "name": "x"}]
+    assert unseeded_edits(store, edited) == {"pytorch": ["description", "max_gpus"]}
+
+
 def test_seed_in_order_then_only_names_never_held(store):
     assert [p.name for p in store.profiles()] == ["pytorch", "mxnet"]
     p = store.get("mxnet")

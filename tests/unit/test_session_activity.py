@@ -13,7 +13,6 @@ from portal.session.activity import (
     busy_reasons,
     isoformat,
     last_activity,
-    reported_activity,
 )
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -54,13 +53,7 @@ def test_busy_reasons_say_what_keeps_the_session_active():
     assert busy_reasons(["idle"], [3], 10) == []
 
 
-def test_a_profiles_longer_timeout_reports_the_activity_later_never_in_the_future():
-    two_hours = 7200
-    # idle 1 h, 2 h more allowed: still reported as active now
-    assert reported_activity(NOW, HOUR_AGO, two_hours) == NOW
-    # idle 3 h: reported 1 h ago, so the culler's 2 h timeout ends it at 4 h idle
-    assert reported_activity(NOW, NOW - timedelta(hours=3), two_hours) == HOUR_AGO
-    assert reported_activity(NOW, HOUR_AGO, 0) == HOUR_AGO
+def test_activity_goes_to_the_hub_in_its_api_s_form():
     assert isoformat(NOW) == "2026-11-23T12:00:00Z"
 
 
@@ -83,15 +76,10 @@ def test_the_reporter_is_set_up_from_what_the_hub_and_the_spawner_export():
         **HUB_ENV,
         "PORTAL_ACTIVITY_SECONDS": "5",
         "PORTAL_GPU_BUSY_PERCENT": "20",
-        "PORTAL_IDLE_EXTRA_SECONDS": "3600",
     }
     reporter = ActivityReporter.from_environ(fake_server([]), dict, environ=env)
     assert reporter.activity_url == "http://10.200.0.1:8081/hub/api/users/alice/activity"
-    assert (reporter.interval, reporter.gpu_busy_percent, reporter.extra_idle_seconds) == (
-        5,
-        20,
-        3600,
-    )
+    assert (reporter.interval, reporter.gpu_busy_percent) == (5, 20)
     # no hub, or reports turned off: no reporter
     assert ActivityReporter.from_environ(fake_server([]), dict, environ={}) is None
     off = {**HUB_ENV, "PORTAL_ACTIVITY_SECONDS": "0"}
@@ -101,14 +89,12 @@ def test_the_reporter_is_set_up_from_what_the_hub_and_the_spawner_export():
 async def test_the_reporter_samples_kernels_and_only_the_jobs_gpus(monkeypatch):
     kernels = ["busy"]
     gpus = {"gpus": [], "reason": "No NVIDIA driver on n1 (NVML: NVML Shared Library Not Found)"}
-    reporter = ActivityReporter.from_environ(
-        fake_server(kernels), lambda: gpus, environ={**HUB_ENV, "PORTAL_IDLE_EXTRA_SECONDS": "60"}
-    )
+    reporter = ActivityReporter.from_environ(fake_server(kernels), lambda: gpus, environ=HUB_ENV)
     assert await reporter.sample(NOW) == NOW  # a silent busy kernel
     kernels[0] = "idle"
     later = NOW + timedelta(minutes=10)
-    # idle for 10 minutes since the kernel was last seen busy, 1 minute more allowed
-    assert await reporter.sample(later) == NOW + timedelta(minutes=1)
+    # idle for 10 minutes since the kernel was last seen busy: its real last activity
+    assert await reporter.sample(later) == NOW
     gpus = {"gpus": [{"index": 2, "utilization": 95}], "reason": ""}
     reporter.read_gpus = lambda: gpus
     assert await reporter.sample(later) == later
