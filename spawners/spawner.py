@@ -1,8 +1,7 @@
 """PortalSpawner: one Slurm job per session, submitted as the user; its
 lifecycle (submit, start, poll, stop) and state.
 
-Built on batchspawner's SlurmSpawner (state, the batchspawner-singleuser port
-report, its traits); what changes:
+On batchspawner's SlurmSpawner (state, the port report, its traits):
 
 - the user picks a profile, a GPU count (per node), a node count where the
   profile allows several, and hours; the slice (cores, memory, gres,
@@ -43,7 +42,6 @@ from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
-# Names of the environment variables the batch script exports.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -144,14 +142,12 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         hub's variables for the server (its own API token among them) and
         the portal's; nothing of the hub's own environment (``env_keep``)."""
         env = super().get_env()
+        profile = self.profile
         told = SessionEnv(  # portal/contract.py: what the session reads back
-            log_dir=self.log_dir,
-            warn_minutes=self.warn_minutes,
-            activity_seconds=self.activity_interval,
-            gpu_busy_percent=self.gpu_busy_percent,
-            profile=self.profile.name if self.profile else "",
-            environment=self.profile.environment if self.profile else "",
-        )
+            self.log_dir, self.warn_minutes, self.activity_interval, self.gpu_busy_percent,
+            profile=profile.name if profile else "",
+            environment=profile.environment if profile else "",
+        )  # fmt: skip
         env.update({k: v for k, v in told.to_environ().items() if v})
         return env
 
