@@ -386,6 +386,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]
     c.PortalSpawner.python_env = envs["jupyter"]
+    c.PortalSpawner.log_dir = slurm["log_dir"]
     c.PortalSpawner.templates_dir = f"{envs['prefix']}/notebook_templates"
     c.PortalSpawner.shared_data = settings["data"]["shared_data"]
     # Sessions run only for accounts in the portal's groups, with a uid in the

@@ -21,7 +21,7 @@ from . import accounts
 from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
-SLURM, HUB = defaults()["slurm"], defaults()["hub"]
+SLURM, HUB, ENVS = defaults()["slurm"], defaults()["hub"], defaults()["envs"]
 CULLING = defaults()["culling"]
 
 
@@ -45,10 +45,11 @@ class PortalSpawnerSettings(SlurmSpawner):
     ).tag(config=True)
 
     python_env = Unicode(
-        "/opt/portal/envs/jupyter",
+        ENVS["jupyter"],
         help="""Python environment (a venv) activated in the job; it provides
         jupyterhub-singleuser and batchspawner-singleuser. It must be readable
-        by the users on the nodes. Default ``/opt/portal/envs/jupyter``.""",
+        by the users on the nodes. Default ``/opt/portal/envs/jupyter``
+        (deploy/portal.toml [envs] jupyter).""",
     ).tag(config=True)
 
     job_name = Unicode(
@@ -58,7 +59,7 @@ class PortalSpawnerSettings(SlurmSpawner):
     ).tag(config=True)
 
     log_dir = Unicode(
-        ".portal/logs",
+        SLURM["log_dir"],
         help="""Folder of the job logs (``jupyter-JOBID.log``), relative to the
         user's home, so the user can open them. Default ``.portal/logs``.""",
     ).tag(config=True)

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 
 from portal.contract import SessionEnv
 from portal.slurm import commands
-from portal.slurm.model import parse_time
-from portal.slurm.parse import SlurmError
+from portal.slurm.parse import SlurmError, parse_end
 
 JOB_ENV = "SLURM_JOB_ID"
 WARN_ENV = SessionEnv.variable("warn_minutes")  # exported by the hub (portal.contract)
@@ -24,36 +23,12 @@ DEFAULT_WARN_MINUTES = SessionEnv.site_defaults().warn_minutes
 MAX_AGE = 20.0  # seconds an end read from Slurm is served again
 FRESH_AGE = 2.0  # seconds a request for a fresh end (a tab opened or focused) takes an old one
 TIMEOUT = 10.0  # seconds squeue may take
-# squeue prints its times in $TZ: UTC, so the end needs no guess of the node's
-# time zone. Nothing else of the server's environment but where Slurm's
-# configuration is, when the site names it.
-SQUEUE_ENV = {**commands.MINIMAL_ENV, "TZ": "UTC"}
-
-
-def squeue_env(environ=os.environ):
-    env = dict(SQUEUE_ENV)
-    if environ.get("SLURM_CONF"):
-        env["SLURM_CONF"] = environ["SLURM_CONF"]
-    return env
-
-
-def parse_end(output, job_id):
-    """``(end, reason)`` from the output of ``squeue -h -j JOB -o %e`` run with
-    TZ=UTC: the end as an aware datetime and "", or None and why not."""
-    lines = output.strip().splitlines()
-    if not lines:
-        return None, f"Slurm no longer lists job {job_id}: it has ended"
-    end = parse_time(lines[0])
-    if end is None:
-        return None, f"Slurm gives job {job_id} no end time ({lines[0].strip()[:40]})"
-    return end.replace(tzinfo=UTC), ""
 
 
 async def squeue_end(job_id, timeout=TIMEOUT):
     """``(end, reason)`` of ``job_id``, from squeue; a failure is a reason, never raised."""
-    argv = ["squeue", "--noheader", "--jobs", job_id, "--format", "%e"]
     try:
-        output = await commands.run(argv, env=squeue_env(), timeout=timeout)
+        output = await commands.job_end(job_id, os.environ.get("SLURM_CONF", ""), timeout)
     except SlurmError as e:
         return None, str(e)
     except OSError as e:  # no squeue on this node

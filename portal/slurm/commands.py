@@ -163,6 +163,20 @@ def resource_options(job_slice):
     return sbatch_argv(job_slice, test_only=True)[2:-1]
 
 
+# -- in a session, as its user ----------------------------------------------
+
+
+async def job_end(job_id, slurm_conf, timeout):
+    """squeue's end of ``job_id`` (``parse.parse_end`` reads it), run in the
+    session's server. squeue prints its times in $TZ: UTC, so the end needs
+    no guess of the node's time zone; nothing else of the server's
+    environment but where Slurm's configuration is, when the site names it
+    (``slurm_conf``)."""
+    env = {**MINIMAL_ENV, "TZ": "UTC", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+    argv = ["squeue", "--noheader", "--jobs", job_id, "--format", "%e"]
+    return await run(argv, env=env, timeout=timeout)
+
+
 # -- as the hub's account --------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """Every parser of Slurm's output, pure functions tested without Slurm."""
 
 import re
+from datetime import UTC
 
 from .model import Job, Node, Partition, parse_time
 
@@ -311,3 +312,24 @@ def parse_assoc_uids(text):
             uid = int(match.group(2)) if match.group(2) else NO_VAL
             users[match.group(1)] = None if uid == NO_VAL else uid
     return users
+
+
+def parse_end(output, job_id):
+    """``(end, reason)`` from the output of ``squeue -h -j JOB -o %e`` run with
+    TZ=UTC (``commands.job_end``): the end as an aware datetime and "", or
+    None and why not.
+
+    >>> parse_end("2026-11-23T15:20:44", "7")[0].isoformat()
+    '2026-11-23T15:20:44+00:00'
+    >>> parse_end("", "7")
+    (None, 'Slurm no longer lists job 7: it has ended')
+    >>> parse_end("N/A", "7")
+    (None, 'Slurm gives job 7 no end time (N/A)')
+    """
+    lines = output.strip().splitlines()
+    if not lines:
+        return None, f"Slurm no longer lists job {job_id}: it has ended"
+    end = parse_time(lines[0])
+    if end is None:
+        return None, f"Slurm gives job {job_id} no end time ({lines[0].strip()[:40]})"
+    return end.replace(tzinfo=UTC), ""
