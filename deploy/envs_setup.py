@@ -6,7 +6,7 @@ it was built from. Then the kernels of the framework environments and R go
 into the jupyter environment (deploy/kernels.py). deploy/envs.sh runs this.
 
 The portal package goes into the jupyter environment too, for its server
-extensions (portal.tensorboard, enabled by the etc/jupyter file it
+extensions (portal.session, enabled by the etc/jupyter file it
 installs): a copy, not editable (users cannot read this checkout),
 re-installed when a file of the package changes. Into the hub's it goes
 editable, from this checkout (re-done when the checkout moves).

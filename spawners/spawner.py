@@ -61,6 +61,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         self.timeline = {}  # event -> seconds since start() began (this spawn's; logged once up)
         self._began = 0.0
         self._link_options = None  # a spawn link's values, for the next form render
+        self.own_idle_limit = False  # its state names its limit: started since the arbiter
 
     # -- options ------------------------------------------------------------
 
@@ -68,7 +69,8 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         """(profile, slice) for ``options``, checked against the profiles and the
         user's groups; ProfileError or SliceError with a message for the user."""
         form.check_options(options)
-        return form.resolve(options, self.profiles(), self.check_account())
+        groups = self.check_account()  # a refused account before the store is read
+        return form.resolve(options, self.profiles(), groups)
 
     def options_from_form(self, formdata):
         """The form's fields, validated; a ValueError re-renders the form with its message."""
@@ -132,8 +134,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         return env
 
     def idle_seconds(self):
-        """Seconds idle after which this session is stopped: its profile's
-        ``idle_minutes``, never less than the culler's ``idle_timeout``."""
+        """Seconds idle before this session is stopped (``portal.core.idle``)."""
         profile_minutes = self.profile.idle_minutes if self.profile else 0
         return session_idle_seconds(self.idle_timeout, profile_minutes)
 
@@ -204,8 +205,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         await slurm.cancel(self.user.name, [self.job_id], timeout=self.slurm_timeout)
 
     async def _gpu_indices(self, nodes):
-        """The GPU indices of the running job on each of its ``nodes`` (one
-        scontrol per session)."""
+        """The running job's GPU indices on each of its ``nodes`` (one scontrol)."""
         try:
             return await slurm.gpu_indices(self.job_id, nodes, timeout=self.slurm_timeout)
         except slurm.SlurmError:
@@ -225,7 +225,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         self.timeline[event] = time.monotonic() - self._began
 
     def report_port(self, port):
-        """Called by the port callback (``spawners.port_report``) once per spawn."""
+        """Called by the port callback (``spawners.handlers``) once per spawn."""
         self._mark("port reported")
         self.port = port
         self.port_reported = True
@@ -239,6 +239,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         self.port = 0
         self.port_reported = False
         self.gpu_indices = {}
+        self.own_idle_limit = True
         self.last_end = None
         self.stop_reason = ""
         self._port_event = asyncio.Event()
@@ -459,8 +460,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
             state["last_options"] = self.last_options
         if self.last_end:
             state["last_end"] = self.last_end
-        if self.idle_timeout and self.job_slice:
-            # the idle culler's arbiter holds the session to it (portal.core.idle)
+        if self.idle_timeout and self.job_slice and self.own_idle_limit:  # portal.core.idle
             state["idle_seconds"] = self.idle_seconds()
         return state
 
@@ -474,13 +474,14 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
                 self.profile = profile_from_dict(state["profile"])
         except (TypeError, ValueError) as e:
             self.log.warning("Ignoring saved session details of another version: %s", e)
-        indices = state.get("gpu_indices") or {}
-        # a hub before multi-node sessions saved the GPUs of the one node as a string
+        indices = state.get("gpu_indices") or {}  # a string: one node's, before multi-node
         self.gpu_indices = indices if isinstance(indices, dict) else {"": str(indices)}
         if isinstance(state.get("last_options"), dict):
             self.last_options = state["last_options"]
         if isinstance(state.get("last_end"), dict):
             self.last_end = state["last_end"]
+        # a job from before the culler's arbiter shifts its reported activity itself
+        self.own_idle_limit = "idle_seconds" in state
 
     def _forget_job(self):
         """clear_state for a job that ended by itself, but the server's API

@@ -129,10 +129,10 @@ class PortalSpawnerSettings(SlurmSpawner):
     idle_timeout = Float(
         CULLING["idle_minutes"] * 60 if CULLING["enabled"] else 0,
         help="""Seconds without activity after which the hub's idle culler stops a
-        session ([culling] idle_minutes; the culler's one timeout). A session
-        whose profile allows a longer ``idle_minutes`` is told the difference
-        (``PORTAL_IDLE_EXTRA_SECONDS``) and reports its activity that much
-        later, so it is stopped after its profile's time. 0: no culler.
+        session ([culling] idle_minutes; the culler's timeout). A session whose
+        profile allows a longer ``idle_minutes`` keeps its own limit in its
+        state (``idle_seconds``), which the culler's arbiter
+        (``portal.core.idle.cull_arbiter``) holds it to. 0: no culler.
         Default 7200 (deploy/portal.toml [culling]). Example: ``3600``.""",
     ).tag(config=True)
     activity_interval = Float(

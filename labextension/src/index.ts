@@ -4,7 +4,7 @@
  * TensorBoard: open a folder of the file browser in TensorBoard (toolbar
  * button, context menu, launcher, command palette), and list or stop the
  * running TensorBoards in a side panel. The TensorBoards themselves are run
- * by the server extension (portal.tensorboard) behind
+ * by the server extension (portal.session) behind
  * `{base}portal/api/tensorboards`.
  *
  * The session: its time left and its GPUs' use in the status bar, and a

@@ -168,14 +168,21 @@ def test_the_session_is_told_its_threshold_and_interval_the_culler_its_limit(mon
     assert env["PORTAL_ACTIVITY_SECONDS"] == "60"
     assert env["PORTAL_GPU_BUSY_PERCENT"] == "20"
     assert "PORTAL_IDLE_EXTRA_SECONDS" not in env  # the culler holds it to its limit
+    one_gpu = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
+                         mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
     s = spawner(profile_minutes=240)
-    s.job_slice = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
-                             mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+    s.job_slice, s.own_idle_limit = one_gpu, True  # as start() sets them
     assert s.get_state()["idle_seconds"] == 14400  # 4 h allowed, the culler's 2 h
+    restored = spawner(profile_minutes=240)
+    restored.load_state(s.get_state())  # a hub restart keeps the limit
+    assert restored.get_state()["idle_seconds"] == 14400
     s = spawner()
-    s.job_slice = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
-                             mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+    s.job_slice, s.own_idle_limit = one_gpu, True
     assert s.get_state()["idle_seconds"] == 7200
+    # a job started before the arbiter shifts its own reports: the culler's timeout only
+    older = spawner(profile_minutes=240)
+    older.load_state({"slice": dataclasses.asdict(one_gpu), "job_id": "7"})
+    assert "idle_seconds" not in older.get_state()
 
 
 def test_the_culler_holds_each_session_to_its_own_limit():
