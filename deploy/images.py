@@ -1,0 +1,375 @@
+"""Container images for sessions: Charliecloud directory images, built from
+Debian and this host's own environments, and the check an image passes
+before sessions are offered it (issue 25). Not yet part of ``make up``::
+
+    PYTHONPATH=REPO /usr/bin/python3 -P -m deploy.images build NAME --framework pytorch
+    PYTHONPATH=REPO /usr/bin/python3 -P -m deploy.images check DEST/NAME --user alice
+
+``build`` makes DEST/NAME (DEST defaults to /var/lib/portal/images):
+
+1. a minimal Debian of the host's release, with its python3, by mmdebstrap
+   from the mirror this host's apt uses, straight into a folder (as fast as
+   a tarball, about 16 s here, and no unpacking after);
+2. the session's environments copied in at their host paths: the jupyter
+   environment ([envs] jupyter) and the framework's (PREFIX/envs/NAME).
+   They are venvs of Debian's /usr/bin/python3, which the image has too, so
+   they run unchanged; deploy/kernels.py, run inside, keeps the kernels of
+   the environments the image holds and drops the others';
+3. /etc/portal-image, which says what the image is (``NAME=``,
+   ``FRAMEWORK=``, ``BUILT=``), for its users and the tests;
+4. the folders that ch-run binds the host's into (a bind needs its mount
+   point in the image): /home, [data] shared_data and the GPU devices'
+   /dev/portal-gpu;
+5. built as DEST/.NAME.new, then renamed over DEST/NAME, world-readable
+   (ch-run runs it as the user).
+
+``check`` runs the image as a user, as a session would, and says in one
+line what works or what does not: the image starts, its python3 runs, and
+the jupyter environment's python imports Jupyter Server and the portal's
+session launcher, the framework's its module. Exit status 0 or 1.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.base import REPO_DIR, DeployError, logger, main_of, run
+
+log = logger("images")
+
+DEST = "/var/lib/portal/images"
+SUITE = "bookworm"
+PACKAGES = ("python3", "ca-certificates")
+SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list",
+           "/etc/apt/sources.list.d/*.sources")  # fmt: skip
+INFO = "etc/portal-image"
+GPU_DEV = "/dev/portal-gpu"  # deploy/slurm_conf.py's GPU_DEV
+# Framework environment name -> the module its kernel imports.
+FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+CHECK_TIMEOUT = 300  # seconds: importing TensorFlow from a cold disk is slow
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+# ---------------------------------------------------------------- pure
+
+
+def valid_name(name):
+    """An image's name, which is its folder's: letters, digits, ``._-``.
+
+    >>> valid_name("pytorch-2.13")
+    'pytorch-2.13'
+    >>> valid_name("../etc")
+    Traceback (most recent call last):
+    ...
+    deploy.base.DeployError: image name '../etc': use letters, digits, '.', '_' and '-'
+    """
+    if not NAME.fullmatch(name):
+        raise DeployError(f"image name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def debian_mirror(sources, suite=SUITE):
+    """The first URI that serves ``suite`` with ``main`` in apt's sources
+    (one-line ``deb`` entries or deb822 stanzas), or None.
+
+    >>> debian_mirror("deb http://ftp.de.debian.org/debian bookworm main contrib")
+    'http://ftp.de.debian.org/debian'
+    >>> debian_mirror('''Types: deb
+    ... URIs: http://deb.debian.org/debian-security
+    ... Suites: bookworm-security
+    ... Components: main
+    ...
+    ... Types: deb
+    ... URIs: http://deb.debian.org/debian
+    ... Suites: bookworm bookworm-updates
+    ... Components: main''')
+    'http://deb.debian.org/debian'
+    """
+    for stanza in re.split(r"\n\s*\n", sources):
+        fields, line_entries = {}, []
+        for line in stanza.splitlines():
+            line = line.split("#", 1)[0].strip()
+            words = re.sub(r"\[[^]]*\]", "", line).split()
+            if words and words[0] == "deb":
+                line_entries.append((words[1:2], words[2:3], words[3:]))
+            elif ":" in line:
+                key, value = line.split(":", 1)
+                fields[key.strip().lower()] = value.split()
+        if "deb" in fields.get("types", ()):
+            line_entries.insert(0, (fields.get("uris", []), fields.get("suites", []),
+                                    fields.get("components", [])))  # fmt: skip
+        for uris, suites, components in line_entries:
+            if uris and suite in suites and "main" in components:
+                return uris[0].rstrip("/")
+    return None
+
+
+def mmdebstrap_argv(root, mirror, suite=SUITE, packages=PACKAGES):
+    """mmdebstrap's command line: a minbase Debian ``suite`` with ``packages``
+    into ``root`` (a folder, or a tarball if it ends in .tar).
+
+    >>> mmdebstrap_argv("/x/.pt.new", "http://m.example/debian")[2:]
+    ['--variant=minbase', '--include=python3,ca-certificates', 'bookworm', '/x/.pt.new', \
+'http://m.example/debian']
+    """
+    include = f"--include={','.join(packages)}"
+    return ["mmdebstrap", "--quiet", "--variant=minbase", include, suite, str(root), mirror]
+
+
+def session_envs(settings, framework):
+    """The environments a session of ``framework`` runs: the jupyter one, the framework's."""
+    if framework not in settings["envs"]["frameworks"]:
+        raise DeployError(f"no framework {framework!r}: [envs] frameworks has "
+                          f"{', '.join(settings['envs']['frameworks'])}")  # fmt: skip
+    prefix = Path(settings["envs"]["prefix"])
+    return Path(settings["envs"]["jupyter"]), prefix / "envs" / framework
+
+
+def mount_points(settings):
+    """The image's folders that ch-run binds the host's into.
+
+    >>> mount_points({"data": {"shared_data": "/srv/portal/datasets"}})
+    ['/home', '/srv/portal/datasets', '/dev/portal-gpu']
+    """
+    points = ["/home", settings["data"]["shared_data"], GPU_DEV]
+    return [p for p in points if p]
+
+
+def image_info(name, framework, built):
+    """/etc/portal-image: what the image is, in os-release's ``KEY=value`` form.
+
+    >>> print(image_info("pytorch", "pytorch", "2025-11-25T03:50:00Z"), end="")
+    NAME=pytorch
+    FRAMEWORK=pytorch
+    BUILT=2025-11-25T03:50:00Z
+    BASE="Debian bookworm"
+    """
+    return f'NAME={name}\nFRAMEWORK={framework}\nBUILT={built}\nBASE="Debian {SUITE}"\n'
+
+
+def ch_run_argv(image, command, write=False, binds=()):
+    """``ch-run`` of ``command`` in ``image``, the bind mounts ``binds``
+    (SRC or SRC:DST).
+
+    >>> ch_run_argv("/img/pt", ["python3", "-V"], binds=["/home"])
+    ['ch-run', '-b', '/home', '/img/pt', '--', 'python3', '-V']
+    """
+    argv = ["ch-run", *(["-w"] if write else [])]
+    for bind in binds:
+        argv += ["-b", bind]
+    return [*argv, str(image), "--", *command]
+
+
+def as_user(user, argv, home=None):
+    """``argv`` run as ``user`` by root, with a clean environment of its own
+    (ch-run passes the caller's environment into the container; it needs $USER).
+
+    >>> as_user("alice", ["ch-run", "/img", "--", "id"])  # doctest: +NORMALIZE_WHITESPACE
+    ['runuser', '-u', 'alice', '--', 'env', '-i', 'USER=alice', 'LOGNAME=alice',
+     'HOME=/home/alice', 'PATH=/usr/bin:/bin', 'LANG=C.UTF-8', 'ch-run', '/img', '--', 'id']
+    """
+    home = home or f"/home/{user}"
+    env = [f"USER={user}", f"LOGNAME={user}", f"HOME={home}", "PATH=/usr/bin:/bin",
+           "LANG=C.UTF-8"]  # fmt: skip
+    return ["runuser", "-u", user, "--", "env", "-i", *env, *argv]
+
+
+# Run by the image's own /usr/bin/python3: each step prints ``ok WHAT
+# DETAIL`` or ``FAIL WHAT: REASON``, then ``done``.
+CHECK_SCRIPT = r"""
+import json, os, subprocess, sys
+steps = json.loads(sys.argv[1])
+print("ok python3", sys.version.split()[0], flush=True)
+try:
+    with open("/etc/portal-image") as f:
+        info = dict(l.rstrip("\n").split("=", 1) for l in f if "=" in l)
+    print("ok image", info.get("NAME", "?"), info.get("FRAMEWORK", "?"), flush=True)
+except OSError:
+    print("ok image (no /etc/portal-image)", flush=True)
+for what, python, code in steps["imports"]:
+    if not os.path.exists(python):
+        print(f"FAIL {what}: no {python} in the image", flush=True)
+        continue
+    p = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    last = (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
+    if p.returncode:
+        print(f"FAIL {what}: {last} ({python})", flush=True)
+    else:
+        print(f"ok {what} {p.stdout.strip()}".rstrip(), flush=True)
+for folder in steps["mount_points"]:
+    if not os.path.isdir(folder):
+        print(f"FAIL mount point {folder}: missing (ch-run binds the host's there)")
+print("done")
+"""
+
+
+def version_of(module):
+    return f"import {module} as m; print(getattr(m, '__version__', ''))"
+
+
+def check_steps(jupyter_env, framework_env=None, framework=None, points=()):
+    """What the check imports with which python, and the folders it looks for.
+
+    >>> steps = check_steps("/opt/e/jupyter", "/opt/e/pytorch", "pytorch", ["/home"])
+    >>> [(what, python) for what, python, _ in steps["imports"]]  # doctest: +NORMALIZE_WHITESPACE
+    [('jupyter_server', '/opt/e/jupyter/bin/python'),
+     ('portal.session.launch', '/opt/e/jupyter/bin/python'),
+     ('torch', '/opt/e/pytorch/bin/python')]
+    """
+    python = f"{jupyter_env}/bin/python"
+    imports = [
+        ["jupyter_server", python, version_of("jupyter_server")],
+        ["portal.session.launch", python, "import portal.session.launch"],
+    ]
+    if framework:
+        module = FRAMEWORK_MODULES.get(framework, framework)
+        imports.append([module, f"{framework_env}/bin/python", version_of(module)])
+    return {"imports": imports, "mount_points": list(points)}
+
+
+def check_argv(image, user, steps):
+    """The check's command line: the image's python3 running CHECK_SCRIPT, as ``user``."""
+    command = ["/usr/bin/python3", "-c", CHECK_SCRIPT, json.dumps(steps)]
+    return as_user(user, ch_run_argv(image, command))
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    message: str
+    lines: list = field(default_factory=list)
+
+
+def check_result(image, returncode, output):
+    """What the check's output says: ``ok`` when every step passed, and a
+    one-line ``message`` for the admin, naming what failed.
+
+    >>> out = "ok python3 3.11.2\\nok image pt pytorch\\nok jupyter_server 2.17.0\\n"
+    >>> out += "ok portal.session.launch\\nok torch 2.13.0+cpu\\ndone\\n"
+    >>> print(check_result("/img/pt", 0, out).message)  # doctest: +NORMALIZE_WHITESPACE
+    image /img/pt works: python3 3.11.2, jupyter_server 2.17.0, portal.session.launch,
+    torch 2.13.0+cpu
+    >>> r = check_result("/img/x", 0, "ok python3 3.11.2\\nFAIL torch: ModuleNotFoundError: "
+    ...                  "No module named 'torch' (/e/bin/python)\\ndone\\n")
+    >>> r.ok, r.message
+    (False, "image /img/x: torch: ModuleNotFoundError: No module named 'torch' (/e/bin/python)")
+    >>> print(check_result("/img/y", 1, "ch-run[7]: error: can't execve(2): "
+    ...                    "/usr/bin/python3: No such file or directory\\n").message)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    image /img/y does not run: ch-run[7]: error: can't execve(2): /usr/bin/python3:
+    No such file or directory
+    """
+    lines = [line for line in output.splitlines() if line.strip()]
+    failed = [line[len("FAIL ") :] for line in lines if line.startswith("FAIL ")]
+    if failed:
+        return CheckResult(False, f"image {image}: {'; '.join(failed)}", lines)
+    if returncode or "done" not in lines:
+        last = lines[-1] if lines else f"exit status {returncode}, no output"
+        return CheckResult(False, f"image {image} does not run: {last}", lines)
+    passed = [line[len("ok ") :] for line in lines if line.startswith("ok ")]
+    passed = [p for p in passed if not p.startswith("image ")]
+    return CheckResult(True, f"image {image} works: {', '.join(passed)}", lines)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def host_mirror():
+    texts = [Path(p).read_text() for pattern in SOURCES for p in sorted(glob.glob(pattern))]
+    mirror = debian_mirror("\n\n".join(texts))
+    if not mirror:
+        raise DeployError(f"no Debian {SUITE} main in /etc/apt/sources.list*: pass --mirror")
+    return mirror
+
+
+def copy_into(root, path):
+    """``path`` of the host into the image ``root``, at the same path."""
+    target = root / path.relative_to("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    run(["cp", "-a", str(path), str(target)])
+
+
+def cmd_build(settings, *args):
+    parser = argparse.ArgumentParser(prog="deploy.images build")
+    parser.add_argument("name", type=valid_name)
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--dest", default=DEST)
+    parser.add_argument("--mirror", help="the Debian mirror (default: this host's apt's)")
+    opts = parser.parse_args(args)
+    jupyter_env, framework_env = session_envs(settings, opts.framework)
+    for env in (jupyter_env, framework_env):
+        if not (env / "bin" / "python").exists():
+            raise DeployError(f"no {env}: run deploy/envs.sh first")
+    os.umask(0o022)
+    dest = Path(opts.dest)
+    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
+    final, work = dest / opts.name, dest / f".{opts.name}.new"
+    if work.exists():
+        shutil.rmtree(work)
+    began = time.monotonic()
+    mirror = opts.mirror or host_mirror()
+    log(f"debootstrapping {SUITE} from {mirror} into {work}")
+    run(mmdebstrap_argv(work, mirror))
+    for env in (jupyter_env, framework_env):
+        log(f"copying {env}")
+        copy_into(work, env)
+    # The kernels of the environments in the image only (the repository,
+    # where deploy/kernels.py finds its files, bound at /mnt).
+    modulefiles = Path(settings["envs"]["prefix"]) / "modulefiles"
+    kernels = ["/usr/bin/python3", "/mnt/deploy/kernels.py", str(jupyter_env), str(modulefiles),
+               str(framework_env)]  # fmt: skip
+    run(ch_run_argv(work, kernels, write=True, binds=[f"{REPO_DIR}:/mnt"]),
+        env={**os.environ, "USER": "root"})  # fmt: skip
+    built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    (work / INFO).write_text(image_info(opts.name, opts.framework, built))
+    for point in mount_points(settings):
+        (work / point.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
+    work.chmod(0o755)
+    old = dest / f".{opts.name}.old"
+    if final.exists():
+        final.rename(old)
+    work.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+    log(f"built {final} in {time.monotonic() - began:.0f} s")
+
+
+def cmd_check(settings, *args):
+    parser = argparse.ArgumentParser(prog="deploy.images check")
+    parser.add_argument("image")
+    parser.add_argument("--framework")
+    parser.add_argument("--user", required=True, help="run the image as this user")
+    opts = parser.parse_args(args)
+    result = check_image(settings, opts.image, opts.user, opts.framework)
+    for line in result.lines:
+        print(line)
+    log(result.message)
+    return 0 if result.ok else 1
+
+
+def check_image(settings, image, user, framework=None):
+    """Run the check of ``image`` as ``user``: a CheckResult."""
+    jupyter_env, framework_env = Path(settings["envs"]["jupyter"]), None
+    if framework:
+        jupyter_env, framework_env = session_envs(settings, framework)
+    steps = check_steps(jupyter_env, framework_env, framework, mount_points(settings))
+    try:
+        proc = subprocess.run(check_argv(image, user, steps), capture_output=True, text=True,
+                              timeout=CHECK_TIMEOUT)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return CheckResult(False, f"image {image}: the check took over {CHECK_TIMEOUT} s")
+    return check_result(image, proc.returncode, proc.stdout + proc.stderr)
+
+
+main = main_of({"build": cmd_build, "check": cmd_check}, log,
+               usage="build NAME --framework F [--dest DIR] | check IMAGE --user U")  # fmt: skip
+
+if __name__ == "__main__":
+    sys.exit(main())

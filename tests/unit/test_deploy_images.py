@@ -1,0 +1,140 @@
+"""Container images (deploy/images.py): the commands it runs, and what its
+check of an image tells the admin. No image is built here."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from deploy.base import DeployError
+from deploy.images import (
+    CHECK_SCRIPT,
+    as_user,
+    ch_run_argv,
+    check_argv,
+    check_result,
+    check_steps,
+    debian_mirror,
+    mmdebstrap_argv,
+    mount_points,
+    session_envs,
+    valid_name,
+)
+
+SETTINGS = {
+    "envs": {
+        "prefix": "/opt/portal",
+        "jupyter": "/opt/portal/envs/jupyter",
+        "frameworks": ["pytorch", "tensorflow"],
+    },
+    "data": {"shared_data": "/srv/portal/datasets"},
+}
+
+
+def test_the_mirror_is_the_one_serving_the_release_not_security_or_a_third_party():
+    sources = """
+deb [signed-by=/usr/share/keyrings/x.gpg] https://packages.example.com/apt stable main
+deb http://security.debian.org/debian-security bookworm-security main
+# deb http://old.example.org/debian bookworm main
+deb http://ftp.fr.debian.org/debian/ bookworm main contrib
+"""
+    assert debian_mirror(sources) == "http://ftp.fr.debian.org/debian"
+    assert debian_mirror(sources, suite="trixie") is None
+    assert debian_mirror("deb http://m.example/debian bookworm contrib") is None
+
+
+def test_deb822_stanzas_are_read_apart():
+    sources = (
+        "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\nComponents: main\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n"
+    )
+    assert debian_mirror(sources) == "http://mirror.example/debian"
+
+
+def test_mmdebstrap_builds_a_minbase_with_python_from_the_mirror():
+    argv = mmdebstrap_argv("/d/.pt.new", "http://m.example/debian")
+    assert argv[0] == "mmdebstrap" and "--variant=minbase" in argv
+    assert "python3" in argv[argv.index("bookworm") - 1].removeprefix("--include=").split(",")
+    assert argv[-2:] == ["/d/.pt.new", "http://m.example/debian"]
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "a/b", "", "-rf", ".hidden", "a b"])
+def test_an_image_name_that_is_not_a_plain_folder_name_is_refused(name):
+    with pytest.raises(DeployError, match="image name"):
+        valid_name(name)
+
+
+def test_a_framework_outside_the_settings_is_refused_naming_the_choices():
+    assert session_envs(SETTINGS, "pytorch")[1].as_posix() == "/opt/portal/envs/pytorch"
+    with pytest.raises(DeployError, match="pytorch, tensorflow"):
+        session_envs(SETTINGS, "mxnet")
+
+
+def test_mount_points_are_home_the_shared_data_and_the_gpu_devices():
+    assert mount_points(SETTINGS) == ["/home", "/srv/portal/datasets", "/dev/portal-gpu"]
+    assert "" not in mount_points({"data": {"shared_data": ""}})
+
+
+def test_the_check_runs_as_the_user_with_a_clean_environment_and_user_set():
+    steps = check_steps("/opt/portal/envs/jupyter", "/opt/portal/envs/pytorch", "pytorch")
+    argv = check_argv("/img/pytorch", "alice", steps)
+    assert argv[:4] == ["runuser", "-u", "alice", "--"]
+    assert argv[4:6] == ["env", "-i"] and "USER=alice" in argv
+    ch_run = argv.index("ch-run")
+    assert argv[ch_run + 1 : ch_run + 4] == ["/img/pytorch", "--", "/usr/bin/python3"]
+    assert json.loads(argv[-1]) == steps
+
+
+def test_ch_run_writes_only_when_asked():
+    assert "-w" not in ch_run_argv("/i", ["true"])
+    assert ch_run_argv("/i", ["true"], write=True, binds=["/r:/mnt"])[:4] == [
+        "ch-run", "-w", "-b", "/r:/mnt",
+    ]  # fmt: skip
+    assert as_user("bob", ["id"], home="/u/bob")[-1] == "id"
+
+
+def run_check_script(steps):
+    """CHECK_SCRIPT run here, by this python (the image's python3 in the check)."""
+    proc = subprocess.run([sys.executable, "-c", CHECK_SCRIPT, json.dumps(steps)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_the_check_script_passes_when_everything_imports(tmp_path):
+    steps = {"imports": [("json", sys.executable, "import json; print(1)")],
+             "mount_points": [str(tmp_path)]}  # fmt: skip
+    result = check_result("/img/good", *run_check_script(steps))
+    assert result.ok, result.message
+    assert result.message.startswith("image /img/good works: python3 3.")
+    assert "json 1" in result.message
+
+
+def test_the_check_script_names_the_module_missing_and_the_mount_point(tmp_path):
+    steps = {
+        "imports": [
+            ("jupyter_server", sys.executable, "import no_such_module_here"),
+            ("torch", str(tmp_path / "env/bin/python"), "import torch"),
+        ],
+        "mount_points": [str(tmp_path / "datasets")],
+    }
+    result = check_result("/img/bad", *run_check_script(steps))
+    assert not result.ok
+    assert "jupyter_server: ModuleNotFoundError: No module named 'no_such_module_here'" in (
+        result.message
+    )
+    assert f"torch: no {tmp_path}/env/bin/python in the image" in result.message
+    assert f"mount point {tmp_path}/datasets: missing" in result.message
+
+
+def test_an_image_that_does_not_start_says_ch_runs_error():
+    result = check_result("/img/x", 1, "ch-run[9]: error: can't stat image: /img/x\n")
+    assert not result.ok
+    assert result.message == "image /img/x does not run: ch-run[9]: error: can't stat image: /img/x"
+    assert check_result("/img/x", 137, "").message == (
+        "image /img/x does not run: exit status 137, no output"
+    )
+
+
+def test_an_interrupted_check_is_no_pass():
+    assert not check_result("/img/x", 0, "ok python3 3.11.2\nok jupyter_server 2\n").ok
