@@ -8,7 +8,7 @@ before sessions are offered it (issue 25). Not yet part of ``make up``::
 ``build`` makes DEST/NAME (DEST defaults to /var/lib/portal/images):
 
 1. a minimal Debian of the host's release, with its python3, by mmdebstrap
-   from the mirror this host's apt uses, straight into a folder (as fast as
+   from the mirror (and security updates) this host's apt uses, straight into a folder (as fast as
    a tarball, about 16 s here, and no unpacking after);
 2. the session's environments copied in at their host paths: the jupyter
    environment ([envs] jupyter) and the framework's (PREFIX/envs/NAME).
@@ -18,8 +18,10 @@ before sessions are offered it (issue 25). Not yet part of ``make up``::
 3. /etc/portal-image, which says what the image is (``NAME=``,
    ``FRAMEWORK=``, ``BUILT=``), for its users and the tests;
 4. the folders that ch-run binds the host's into (a bind needs its mount
-   point in the image): /home, [data] shared_data and the GPU devices'
-   /dev/portal-gpu;
+   point in the image): /home, [data] shared_data, and /etc/slurm and
+   /run/munge for the image's own Slurm client (squeue, which tells the
+   session its end). The GPU devices need none: ch-run binds the host's
+   /dev whole;
 5. built as DEST/.NAME.new, then renamed over DEST/NAME, world-readable
    (ch-run runs it as the user).
 
@@ -47,11 +49,13 @@ log = logger("images")
 
 DEST = "/var/lib/portal/images"
 SUITE = "bookworm"
-PACKAGES = ("python3", "ca-certificates")
+# The session's python, and Slurm's client for its squeue of the job's end
+# (portal.session.jobend): the host's /etc/slurm and munge socket are bound.
+PACKAGES = ("python3", "ca-certificates", "slurm-client")
 SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list",
            "/etc/apt/sources.list.d/*.sources")  # fmt: skip
 INFO = "etc/portal-image"
-GPU_DEV = "/dev/portal-gpu"  # deploy/slurm_conf.py's GPU_DEV
+SLURM_BINDS = ("/etc/slurm", "/run/munge")  # squeue's configuration and munged's socket
 # Framework environment name -> the module its kernel imports.
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 CHECK_TIMEOUT = 300  # seconds: importing TensorFlow from a cold disk is slow
@@ -75,13 +79,15 @@ def valid_name(name):
     return name
 
 
-def debian_mirror(sources, suite=SUITE):
-    """The first URI that serves ``suite`` with ``main`` in apt's sources
-    (one-line ``deb`` entries or deb822 stanzas), or None.
+def debian_sources(sources, suite=SUITE):
+    """apt's one-line entries for ``suite`` and its -updates and -security
+    suites (``main``), each from the first URI that serves it in the host's
+    sources (one-line ``deb`` entries or deb822 stanzas): the image gets the
+    host's mirror and its security updates.
 
-    >>> debian_mirror("deb http://ftp.de.debian.org/debian bookworm main contrib")
-    'http://ftp.de.debian.org/debian'
-    >>> debian_mirror('''Types: deb
+    >>> debian_sources("deb http://ftp.de.debian.org/debian bookworm main contrib")
+    ['deb http://ftp.de.debian.org/debian bookworm main']
+    >>> debian_sources('''Types: deb
     ... URIs: http://deb.debian.org/debian-security
     ... Suites: bookworm-security
     ... Components: main
@@ -89,38 +95,47 @@ def debian_mirror(sources, suite=SUITE):
     ... Types: deb
     ... URIs: http://deb.debian.org/debian
     ... Suites: bookworm bookworm-updates
-    ... Components: main''')
-    'http://deb.debian.org/debian'
+    ... Components: main''')  # doctest: +NORMALIZE_WHITESPACE
+    ['deb http://deb.debian.org/debian bookworm main',
+     'deb http://deb.debian.org/debian bookworm-updates main',
+     'deb http://deb.debian.org/debian-security bookworm-security main']
     """
+    found = {}
     for stanza in re.split(r"\n\s*\n", sources):
-        fields, line_entries = {}, []
+        fields, entries = {}, []
         for line in stanza.splitlines():
             line = line.split("#", 1)[0].strip()
             words = re.sub(r"\[[^]]*\]", "", line).split()
             if words and words[0] == "deb":
-                line_entries.append((words[1:2], words[2:3], words[3:]))
+                entries.append((words[1:2], words[2:3], words[3:]))
             elif ":" in line:
                 key, value = line.split(":", 1)
                 fields[key.strip().lower()] = value.split()
         if "deb" in fields.get("types", ()):
-            line_entries.insert(0, (fields.get("uris", []), fields.get("suites", []),
-                                    fields.get("components", [])))  # fmt: skip
-        for uris, suites, components in line_entries:
-            if uris and suite in suites and "main" in components:
-                return uris[0].rstrip("/")
-    return None
+            entries.insert(0, (fields.get("uris", []), fields.get("suites", []),
+                               fields.get("components", [])))  # fmt: skip
+        for uris, suites, components in entries:
+            for name in suites:
+                if uris and "main" in components:
+                    found.setdefault(name, uris[0].rstrip("/"))
+    if suite not in found:
+        return []
+    wanted = (suite, f"{suite}-updates", f"{suite}-security")
+    return [f"deb {found[name]} {name} main" for name in wanted if name in found]
 
 
-def mmdebstrap_argv(root, mirror, suite=SUITE, packages=PACKAGES):
+def mmdebstrap_argv(root, sources, suite=SUITE, packages=PACKAGES):
     """mmdebstrap's command line: a minbase Debian ``suite`` with ``packages``
-    into ``root`` (a folder, or a tarball if it ends in .tar).
+    into ``root`` (a folder, or a tarball if it ends in .tar), from apt's
+    ``sources`` (entries or mirror URIs).
 
-    >>> mmdebstrap_argv("/x/.pt.new", "http://m.example/debian")[2:]
-    ['--variant=minbase', '--include=python3,ca-certificates', 'bookworm', '/x/.pt.new', \
-'http://m.example/debian']
+    >>> mmdebstrap_argv("/x/.pt.new", ["deb http://m.example/debian bookworm main"])[2:]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['--variant=minbase', '--include=python3,ca-certificates,slurm-client', 'bookworm',
+     '/x/.pt.new', 'deb http://m.example/debian bookworm main']
     """
     include = f"--include={','.join(packages)}"
-    return ["mmdebstrap", "--quiet", "--variant=minbase", include, suite, str(root), mirror]
+    return ["mmdebstrap", "--quiet", "--variant=minbase", include, suite, str(root), *sources]
 
 
 def session_envs(settings, framework):
@@ -136,9 +151,12 @@ def mount_points(settings):
     """The image's folders that ch-run binds the host's into.
 
     >>> mount_points({"data": {"shared_data": "/srv/portal/datasets"}})
-    ['/home', '/srv/portal/datasets', '/dev/portal-gpu']
+    ['/home', '/srv/portal/datasets', '/etc/slurm', '/run/munge']
+
+    None for GPUs: ch-run binds the host's /dev whole, its GPU devices with it
+    (a node's /dev/nvidia*, the embedded cluster's /dev/portal-gpu/NODE).
     """
-    points = ["/home", settings["data"]["shared_data"], GPU_DEV]
+    points = ["/home", settings["data"]["shared_data"], *SLURM_BINDS]
     return [p for p in points if p]
 
 
@@ -281,12 +299,12 @@ def check_result(image, returncode, output):
 # ---------------------------------------------------------------- commands
 
 
-def host_mirror():
+def host_sources():
     texts = [Path(p).read_text() for pattern in SOURCES for p in sorted(glob.glob(pattern))]
-    mirror = debian_mirror("\n\n".join(texts))
-    if not mirror:
+    sources = debian_sources("\n\n".join(texts))
+    if not sources:
         raise DeployError(f"no Debian {SUITE} main in /etc/apt/sources.list*: pass --mirror")
-    return mirror
+    return sources
 
 
 def copy_into(root, path):
@@ -314,9 +332,9 @@ def cmd_build(settings, *args):
     if work.exists():
         shutil.rmtree(work)
     began = time.monotonic()
-    mirror = opts.mirror or host_mirror()
-    log(f"debootstrapping {SUITE} from {mirror} into {work}")
-    run(mmdebstrap_argv(work, mirror))
+    sources = [opts.mirror] if opts.mirror else host_sources()
+    log(f"debootstrapping {SUITE} from {', '.join(sources)} into {work}")
+    run(mmdebstrap_argv(work, sources))
     for env in (jupyter_env, framework_env):
         log(f"copying {env}")
         copy_into(work, env)

@@ -15,7 +15,7 @@ from deploy.images import (
     check_argv,
     check_result,
     check_steps,
-    debian_mirror,
+    debian_sources,
     mmdebstrap_argv,
     mount_points,
     session_envs,
@@ -32,16 +32,23 @@ SETTINGS = {
 }
 
 
-def test_the_mirror_is_the_one_serving_the_release_not_security_or_a_third_party():
+def test_the_sources_are_the_releases_and_its_updates_not_a_third_party():
     sources = """
 deb [signed-by=/usr/share/keyrings/x.gpg] https://packages.example.com/apt stable main
 deb http://security.debian.org/debian-security bookworm-security main
 # deb http://old.example.org/debian bookworm main
 deb http://ftp.fr.debian.org/debian/ bookworm main contrib
+deb http://ftp.fr.debian.org/debian/ trixie main
 """
-    assert debian_mirror(sources) == "http://ftp.fr.debian.org/debian"
-    assert debian_mirror(sources, suite="trixie") is None
-    assert debian_mirror("deb http://m.example/debian bookworm contrib") is None
+    assert debian_sources(sources) == [
+        "deb http://ftp.fr.debian.org/debian bookworm main",
+        "deb http://security.debian.org/debian-security bookworm-security main",
+    ]
+    assert debian_sources(sources, suite="trixie") == [
+        "deb http://ftp.fr.debian.org/debian trixie main"
+    ]
+    assert debian_sources("deb http://m.example/debian bookworm contrib") == []
+    assert debian_sources("deb http://s.example/debian-security bookworm-security main") == []
 
 
 def test_deb822_stanzas_are_read_apart():
@@ -49,14 +56,19 @@ def test_deb822_stanzas_are_read_apart():
         "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\nComponents: main\n\n"
         "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n"
     )
-    assert debian_mirror(sources) == "http://mirror.example/debian"
+    assert debian_sources(sources) == ["deb http://mirror.example/debian bookworm main"]
 
 
 def test_mmdebstrap_builds_a_minbase_with_python_from_the_mirror():
-    argv = mmdebstrap_argv("/d/.pt.new", "http://m.example/debian")
+    sources = [
+        "deb http://m.example/debian bookworm main",
+        "deb http://s.example/s bookworm-security main",
+    ]
+    argv = mmdebstrap_argv("/d/.pt.new", sources)
     assert argv[0] == "mmdebstrap" and "--variant=minbase" in argv
-    assert "python3" in argv[argv.index("bookworm") - 1].removeprefix("--include=").split(",")
-    assert argv[-2:] == ["/d/.pt.new", "http://m.example/debian"]
+    included = argv[argv.index("bookworm") - 1].removeprefix("--include=").split(",")
+    assert {"python3", "slurm-client"} <= set(included)
+    assert argv[-3:] == ["/d/.pt.new", *sources]
 
 
 @pytest.mark.parametrize("name", ["..", "../x", "a/b", "", "-rf", ".hidden", "a b"])
@@ -71,8 +83,8 @@ def test_a_framework_outside_the_settings_is_refused_naming_the_choices():
         session_envs(SETTINGS, "mxnet")
 
 
-def test_mount_points_are_home_the_shared_data_and_the_gpu_devices():
-    assert mount_points(SETTINGS) == ["/home", "/srv/portal/datasets", "/dev/portal-gpu"]
+def test_mount_points_are_home_the_shared_data_and_slurms_client_files():
+    assert mount_points(SETTINGS) == ["/home", "/srv/portal/datasets", "/etc/slurm", "/run/munge"]
     assert "" not in mount_points({"data": {"shared_data": ""}})
 
 
