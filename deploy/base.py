@@ -57,17 +57,23 @@ def write_if_changed(path, text, mode, owner="root", group="root"):
     uid, gid = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
     wrote = not path.is_file() or path.read_text() != text
     if wrote:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chown(tmp, uid, gid)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        replace_file(path, text, mode, uid, gid)
     os.chown(path, uid, gid)
     os.chmod(path, mode)
     return wrote
+
+
+def replace_file(path, text, mode=0o600, uid=0, gid=0):
+    """``path`` replaced whole (through ``path.tmp``) by a file holding
+    ``text``, its owner's alone until its owner and ``mode`` are set."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    os.chown(tmp, uid, gid)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def make_dir(path, mode=0o755, owner=None, group=None):

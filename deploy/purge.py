@@ -24,22 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy import nsswitch
+from deploy import nsswitch, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
 
 log = logger("purge")
 
-# The first line of every file deploy/slurm.sh writes.
-MARKER = "# Written by deploy/slurm.sh of the Data Scientist Portal."
-SLURM_FILES = (
-    "/etc/slurm/slurm.conf",
-    "/etc/slurm/gres.conf",
-    "/etc/slurm/cgroup.conf",
-    "/etc/slurm/job_container.conf",
-    "/etc/slurm/slurmdbd.conf",
-    "/etc/mysql/portal-slurm.cnf",
-)
 CLUSTER_STATE = (
     "/etc/slurm/slurmdbd.password",
     "/var/lib/slurm/slurmctld",
@@ -78,11 +68,6 @@ def people(slapcat):
 
 def under(home, home_root):
     return home.startswith(f"{home_root}/")
-
-
-def ours(text):
-    """Whether a file's text holds deploy/slurm.sh's marker line."""
-    return MARKER in text.splitlines()
 
 
 # ---------------------------------------------------------------- removals
@@ -133,9 +118,9 @@ def purge_cluster(settings):
     # *.localhost back to what the resolver makes of it (hub_setup local_names)
     nsswitch.update(lambda text: nsswitch.without(text, ("passwd", "group", "shadow"), "ldap"))
     nsswitch.update(lambda text: nsswitch.without(text, ("hosts",), "myhostname"))
-    for file in SLURM_FILES:
+    for file in slurm_conf.FILES:  # each that deploy/slurm.sh wrote: it holds the marker
         path = Path(file)
-        if path.is_file() and ours(path.read_text(errors="replace")):
+        if path.is_file() and slurm_conf.ours(path.read_text(errors="replace")):
             path.unlink()
             log(f"removed {file}")
     remove(*CLUSTER_STATE)

@@ -60,6 +60,9 @@ MARKER = "# Written by deploy/slurm.sh of the Data Scientist Portal."
 SLURM_ETC = "/etc/slurm"
 SLURM_CONF = f"{SLURM_ETC}/slurm.conf"
 SLURMDBD_CONF = f"{SLURM_ETC}/slurmdbd.conf"
+GRES_CONF = f"{SLURM_ETC}/gres.conf"
+CGROUP_CONF = f"{SLURM_ETC}/cgroup.conf"
+JOB_CONTAINER_CONF = f"{SLURM_ETC}/job_container.conf"
 DB_PASS_FILE = f"{SLURM_ETC}/slurmdbd.password"  # root, 0600; never in the repository
 RUN_DIR = "/run/slurm"
 LOG_DIR = "/var/log/slurm"
@@ -69,6 +72,8 @@ GPU_DEV = "/dev/portal-gpu"  # fake GPU character devices: GPU_DEV/NODE/gpu0, 1,
 GPU_MAJOR = 195
 MYSQL_RUN = "/run/mysqld"
 MYSQL_CNF = "/etc/mysql/portal-slurm.cnf"
+# Every file deploy/slurm.sh writes (config_files), which make purge removes.
+FILES = (SLURM_CONF, GRES_CONF, CGROUP_CONF, JOB_CONTAINER_CONF, SLURMDBD_CONF, MYSQL_CNF)
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
 DB_PACKAGES = ("slurmdbd", "mariadb-server")
@@ -291,9 +296,9 @@ def config_files(cluster, password):
     """Every file we write, in the order they are written."""
     return [
         ConfigFile(SLURM_CONF, slurm_conf(cluster), 0o644, "slurm"),
-        ConfigFile(f"{SLURM_ETC}/gres.conf", gres_conf(cluster), 0o644, "slurm"),
-        ConfigFile(f"{SLURM_ETC}/cgroup.conf", cgroup_conf(cluster), 0o644, "slurm"),
-        ConfigFile(f"{SLURM_ETC}/job_container.conf", job_container_conf(cluster), 0o644, "slurm"),
+        ConfigFile(GRES_CONF, gres_conf(cluster), 0o644, "slurm"),
+        ConfigFile(CGROUP_CONF, cgroup_conf(cluster), 0o644, "slurm"),
+        ConfigFile(JOB_CONTAINER_CONF, job_container_conf(cluster), 0o644, "slurm"),
         ConfigFile(SLURMDBD_CONF, slurmdbd_conf(password), 0o600, "slurmdbd"),
         ConfigFile(MYSQL_CNF, mysql_cnf(), 0o644, "mariadb"),
     ]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from portal.settings import SettingsError, load
 
+from .base import logger, replace_file
 from .slurm_accounts import (
     ACCOUNT,
     CLUSTER,
@@ -74,8 +75,7 @@ HOSTS = "/etc/hosts"
 UNRESOLVED = 3  # sync-users: a group did not resolve; nothing was changed
 
 
-def log(message):
-    print(f"[slurm] {message}", file=sys.stderr)
+log = logger("slurm")
 
 
 def output(argv, timeout=None):
@@ -134,18 +134,6 @@ def write_if_changed(path, text, mode=0o644):
     replace_file(path, text, mode)
     log(f"wrote {path}")
     return True
-
-
-def replace_file(path, text, mode=0o600):
-    """``path`` replaced whole by a root file holding ``text``, 0600 until its
-    mode is set."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(text)
-    os.chown(tmp, 0, 0)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def ensure_db_password():

@@ -1,7 +1,8 @@
 """What ``make purge`` removes (deploy/purge.py): only the people of the
 portal's directory, and only the Slurm files that deploy/slurm.sh wrote."""
 
-from deploy.purge import MARKER, ours, people, under
+from deploy.purge import people, under
+from deploy.slurm_conf import MARKER, ours
 
 SLAPCAT = """dn: uid=alice,ou=people,dc=portal,dc=example
 objectClass: posixAccount
