@@ -33,17 +33,15 @@ session launcher, the framework's its module. Exit status 0 or 1.
 
 import argparse
 import glob
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.base import REPO_DIR, DeployError, logger, main_of, run
+from portal.helper.imagecheck import INFO_FILE, ch_run_argv, check_steps, run_check
 
 log = logger("images")
 
@@ -54,11 +52,7 @@ SUITE = "bookworm"
 PACKAGES = ("python3", "ca-certificates", "slurm-client")
 SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list",
            "/etc/apt/sources.list.d/*.sources")  # fmt: skip
-INFO = "etc/portal-image"
 SLURM_BINDS = ("/etc/slurm", "/run/munge")  # squeue's configuration and munged's socket
-# Framework environment name -> the module its kernel imports.
-FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
-CHECK_TIMEOUT = 300  # seconds: importing TensorFlow from a cold disk is slow
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # ---------------------------------------------------------------- pure
@@ -172,19 +166,6 @@ def image_info(name, framework, built):
     return f'NAME={name}\nFRAMEWORK={framework}\nBUILT={built}\nBASE="Debian {SUITE}"\n'
 
 
-def ch_run_argv(image, command, write=False, binds=()):
-    """``ch-run`` of ``command`` in ``image``, the bind mounts ``binds``
-    (SRC or SRC:DST).
-
-    >>> ch_run_argv("/img/pt", ["python3", "-V"], binds=["/home"])
-    ['ch-run', '-b', '/home', '/img/pt', '--', 'python3', '-V']
-    """
-    argv = ["ch-run", *(["-w"] if write else [])]
-    for bind in binds:
-        argv += ["-b", bind]
-    return [*argv, str(image), "--", *command]
-
-
 def as_user(user, argv, home=None):
     """``argv`` run as ``user`` by root, with a clean environment of its own
     (ch-run passes the caller's environment into the container; it needs $USER).
@@ -197,103 +178,6 @@ def as_user(user, argv, home=None):
     env = [f"USER={user}", f"LOGNAME={user}", f"HOME={home}", "PATH=/usr/bin:/bin",
            "LANG=C.UTF-8"]  # fmt: skip
     return ["runuser", "-u", user, "--", "env", "-i", *env, *argv]
-
-
-# Run by the image's own /usr/bin/python3: each step prints ``ok WHAT
-# DETAIL`` or ``FAIL WHAT: REASON``, then ``done``.
-CHECK_SCRIPT = r"""
-import json, os, subprocess, sys
-steps = json.loads(sys.argv[1])
-print("ok python3", sys.version.split()[0], flush=True)
-try:
-    with open("/etc/portal-image") as f:
-        info = dict(l.rstrip("\n").split("=", 1) for l in f if "=" in l)
-    print("ok image", info.get("NAME", "?"), info.get("FRAMEWORK", "?"), flush=True)
-except OSError:
-    print("ok image (no /etc/portal-image)", flush=True)
-for what, python, code in steps["imports"]:
-    if not os.path.exists(python):
-        print(f"FAIL {what}: no {python} in the image", flush=True)
-        continue
-    p = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    last = (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
-    if p.returncode:
-        print(f"FAIL {what}: {last} ({python})", flush=True)
-    else:
-        print(f"ok {what} {p.stdout.strip()}".rstrip(), flush=True)
-for folder in steps["mount_points"]:
-    if not os.path.isdir(folder):
-        print(f"FAIL mount point {folder}: missing (ch-run binds the host's there)")
-print("done")
-"""
-
-
-def version_of(module):
-    return f"import {module} as m; print(getattr(m, '__version__', ''))"
-
-
-def check_steps(jupyter_env, framework_env=None, framework=None, points=()):
-    """What the check imports with which python, and the folders it looks for.
-
-    >>> steps = check_steps("/opt/e/jupyter", "/opt/e/pytorch", "pytorch", ["/home"])
-    >>> [(what, python) for what, python, _ in steps["imports"]]  # doctest: +NORMALIZE_WHITESPACE
-    [('jupyter_server', '/opt/e/jupyter/bin/python'),
-     ('portal.session.launch', '/opt/e/jupyter/bin/python'),
-     ('torch', '/opt/e/pytorch/bin/python')]
-    """
-    python = f"{jupyter_env}/bin/python"
-    imports = [
-        ["jupyter_server", python, version_of("jupyter_server")],
-        ["portal.session.launch", python, "import portal.session.launch"],
-    ]
-    if framework:
-        module = FRAMEWORK_MODULES.get(framework, framework)
-        imports.append([module, f"{framework_env}/bin/python", version_of(module)])
-    return {"imports": imports, "mount_points": list(points)}
-
-
-def check_argv(image, user, steps):
-    """The check's command line: the image's python3 running CHECK_SCRIPT, as ``user``."""
-    command = ["/usr/bin/python3", "-c", CHECK_SCRIPT, json.dumps(steps)]
-    return as_user(user, ch_run_argv(image, command))
-
-
-@dataclass
-class CheckResult:
-    ok: bool
-    message: str
-    lines: list = field(default_factory=list)
-
-
-def check_result(image, returncode, output):
-    """What the check's output says: ``ok`` when every step passed, and a
-    one-line ``message`` for the admin, naming what failed.
-
-    >>> out = "ok python3 3.11.2\\nok image pt pytorch\\nok jupyter_server 2.17.0\\n"
-    >>> out += "ok portal.session.launch\\nok torch 2.13.0+cpu\\ndone\\n"
-    >>> print(check_result("/img/pt", 0, out).message)  # doctest: +NORMALIZE_WHITESPACE
-    image /img/pt works: python3 3.11.2, jupyter_server 2.17.0, portal.session.launch,
-    torch 2.13.0+cpu
-    >>> r = check_result("/img/x", 0, "ok python3 3.11.2\\nFAIL torch: ModuleNotFoundError: "
-    ...                  "No module named 'torch' (/e/bin/python)\\ndone\\n")
-    >>> r.ok, r.message
-    (False, "image /img/x: torch: ModuleNotFoundError: No module named 'torch' (/e/bin/python)")
-    >>> print(check_result("/img/y", 1, "ch-run[7]: error: can't execve(2): "
-    ...                    "/usr/bin/python3: No such file or directory\\n").message)
-    ... # doctest: +NORMALIZE_WHITESPACE
-    image /img/y does not run: ch-run[7]: error: can't execve(2): /usr/bin/python3:
-    No such file or directory
-    """
-    lines = [line for line in output.splitlines() if line.strip()]
-    failed = [line[len("FAIL ") :] for line in lines if line.startswith("FAIL ")]
-    if failed:
-        return CheckResult(False, f"image {image}: {'; '.join(failed)}", lines)
-    if returncode or "done" not in lines:
-        last = lines[-1] if lines else f"exit status {returncode}, no output"
-        return CheckResult(False, f"image {image} does not run: {last}", lines)
-    passed = [line[len("ok ") :] for line in lines if line.startswith("ok ")]
-    passed = [p for p in passed if not p.startswith("image ")]
-    return CheckResult(True, f"image {image} works: {', '.join(passed)}", lines)
 
 
 # ---------------------------------------------------------------- commands
@@ -346,7 +230,7 @@ def cmd_build(settings, *args):
     run(ch_run_argv(work, kernels, write=True, binds=[f"{REPO_DIR}:/mnt"]),
         env={**os.environ, "USER": "root"})  # fmt: skip
     built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    (work / INFO).write_text(image_info(opts.name, opts.framework, built))
+    (work / INFO_FILE).write_text(image_info(opts.name, opts.framework, built))
     for point in mount_points(settings):
         (work / point.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
     work.chmod(0o755)
@@ -373,17 +257,13 @@ def cmd_check(settings, *args):
 
 
 def check_image(settings, image, user, framework=None):
-    """Run the check of ``image`` as ``user``: a CheckResult."""
+    """Run the check of ``image`` as ``user`` (portal/helper/imagecheck.py): a CheckResult."""
     jupyter_env, framework_env = Path(settings["envs"]["jupyter"]), None
     if framework:
         jupyter_env, framework_env = session_envs(settings, framework)
     steps = check_steps(jupyter_env, framework_env, framework, mount_points(settings))
-    try:
-        proc = subprocess.run(check_argv(image, user, steps), capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return CheckResult(False, f"image {image}: the check took over {CHECK_TIMEOUT} s")
-    return check_result(image, proc.returncode, proc.stdout + proc.stderr)
+    env = {"USER": user, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    return run_check(image, steps, argv_prefix=as_user(user, []), env=env)
 
 
 main = main_of({"build": cmd_build, "check": cmd_check}, log,

@@ -1,6 +1,9 @@
 """Spawner profiles: what a user may ask for.
 
-A profile names an environment, a partition, the most GPUs (per node),
+A profile names an environment (a framework's), or a container image
+(``image``: a folder of the site's ``[containers] images``, in which the
+session runs with that framework's environment inside it; ``user_images``:
+a user may name an image of their own, a folder in their home), a partition, the most GPUs (per node),
 nodes and hours a session may have, the slice per GPU (cores, memory), how
 long its sessions may idle (``idle_minutes``, 0: the site's ``[culling]``
 value) and the LDAP groups that may use it. The spawner reads profiles
@@ -23,6 +26,7 @@ from .slice import PARTITION_RE, FieldError, SliceError, make_slice
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 ENV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # portal.helper.imagecheck's NAME_RE
 NODE_MAX_GPUS = 16
 MAX_NODES = 64
 MAX_HOURS = 24 * 30
@@ -63,6 +67,12 @@ class Profile:
     groups: tuple = field(default_factory=tuple)
     enabled: bool = True
     revision: int = 0
+    image: str = ""  # a site image's name: the session runs in it
+    user_images: bool = False  # a user may name an image in their home instead
+
+    @property
+    def in_container(self):
+        return bool(self.image or self.user_images)
 
     def allows(self, user_groups):
         """Whether a member of ``user_groups`` may use this profile."""
@@ -135,9 +145,9 @@ def profile_from_dict(data, defaults=None):
     for group in groups:
         if not GROUP_RE.match(group):
             raise ProfileError(f"group {group[:40]!r} is not a valid group name", "groups")
-    enabled = data.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ProfileError("enabled must be true or false", "enabled")
+    for key in ("enabled", "user_images"):
+        if not isinstance(data.get(key, key == "enabled"), bool):
+            raise ProfileError(f"{key} must be true or false", key)
     profile = Profile(
         name=_text(data, "name", NAME_RE, 32),
         display_name=_text(data, "display_name", max_len=80),
@@ -152,7 +162,9 @@ def profile_from_dict(data, defaults=None):
         max_hours=_int(data, "max_hours", 1, MAX_HOURS),
         idle_minutes=_int(data, "idle_minutes", 0, MAX_IDLE_MINUTES),
         groups=tuple(sorted(set(groups))),
-        enabled=enabled,
+        enabled=data.get("enabled", True),
+        image=_text(data, "image", IMAGE_RE, 64, required=False),
+        user_images=data.get("user_images", False),
         revision=_int({"revision": data.get("revision", 0)}, "revision", 0, MAX_REVISION),
     )
     if profile.default_hours > profile.max_hours:

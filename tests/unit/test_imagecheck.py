@@ -1,0 +1,149 @@
+"""The check an image passes before sessions are offered it
+(portal/helper/imagecheck.py): the paths it takes, what its script finds,
+what it tells the admin or the user. No image is run here (the integration
+test test_containers.py runs real ones)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from portal.helper import imagecheck
+from portal.helper.imagecheck import (
+    CHECK_SCRIPT,
+    ImageError,
+    check_argv,
+    check_result,
+    check_steps,
+    helper_argv,
+    image_stamp,
+    in_home,
+    plain_path,
+    read_info,
+    site_image,
+    site_images,
+)
+
+
+def test_the_check_runs_the_images_python_with_the_steps_as_one_argument():
+    steps = check_steps("/opt/portal/envs/jupyter", "/opt/portal/envs/pytorch", "pytorch")
+    argv = check_argv("/img/pytorch", steps)
+    assert argv[:4] == ["ch-run", "/img/pytorch", "--", "/usr/bin/python3"]
+    assert json.loads(argv[-1]) == steps
+
+
+@pytest.mark.parametrize("path", ["relative/x", "/a/../b", "/a/b c", "/a/$(id)", "/a:b", "", None])
+def test_a_path_that_is_not_plain_and_absolute_is_refused(path):
+    with pytest.raises(ImageError, match="absolute path"):
+        plain_path(path)
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "a/b", "", "-rf", ".hidden", "a b", None])
+def test_a_site_image_is_a_plain_name_in_the_folder(name):
+    with pytest.raises(ImageError, match="not an image name"):
+        site_image("/var/lib/portal/images", name)
+
+
+def test_a_users_image_must_be_a_folder_in_their_home_after_links(tmp_path):
+    home, other = tmp_path / "bob", tmp_path / "alice"
+    (home / "img").mkdir(parents=True)
+    (other / "img").mkdir(parents=True)
+    (home / "file").write_text("")
+    os.symlink(other / "img", home / "link")
+    assert in_home(str(home / "img"), str(home)) == str(home / "img")
+    for path, why in [
+        (other / "img", "must be a folder in your home"),
+        (home / "link", "must be a folder in your home"),
+        (home, "must be a folder in your home"),
+        (home / "file", "is not a folder"),
+        (home / "missing", "is not a folder"),
+    ]:
+        with pytest.raises(ImageError, match=why):
+            in_home(str(path), str(home))
+
+
+def test_site_images_are_the_folders_with_image_names(tmp_path):
+    for name in ("pytorch", ".pytorch.new", "tensorflow"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notes.txt").write_text("")
+    assert site_images(str(tmp_path)) == ["pytorch", "tensorflow"]
+    assert site_images(str(tmp_path / "missing")) == []
+
+
+def test_the_stamp_changes_when_the_image_is_rebuilt_and_reads_its_info(tmp_path):
+    image = tmp_path / "pt"
+    (image / "etc").mkdir(parents=True)
+    (image / "etc/portal-image").write_text('NAME=pt\nFRAMEWORK=pytorch\nBASE="Debian x"\n')
+    first = image_stamp(str(image))
+    assert first and read_info(str(image)) == {
+        "NAME": "pt", "FRAMEWORK": "pytorch", "BASE": "Debian x",
+    }  # fmt: skip
+    os.utime(image / "etc/portal-image", ns=(1, 1))
+    assert image_stamp(str(image)) not in ("", first)
+    assert image_stamp(str(tmp_path / "gone")) == ""
+    assert read_info(str(tmp_path / "gone")) == {}
+
+
+def test_the_helper_for_a_users_image_refuses_outside_their_home(capsys):
+    argv = helper_argv("/etc", "/opt/portal/envs/jupyter", "pytorch", "/opt/portal/envs/pytorch")
+    assert imagecheck.main(argv) == 2
+    assert "must be a folder in your home" in capsys.readouterr().err
+    assert imagecheck.main(["--jupyter", "/opt/x", "--framework", "a b", "--framework-env",
+                            "/opt/y", "/img"]) == 2  # fmt: skip
+
+
+def test_the_installed_helper_imports_only_the_standard_library():
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c",
+         f"import runpy; runpy.run_path({imagecheck.__file__!r}, run_name='x')"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def run_check_script(steps):
+    """CHECK_SCRIPT run here, by this python (the image's python3 in the check)."""
+    proc = subprocess.run([sys.executable, "-c", CHECK_SCRIPT, json.dumps(steps)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_the_check_script_passes_when_everything_imports(tmp_path):
+    steps = {"imports": [("json", sys.executable, "import json; print(1)")],
+             "mount_points": [str(tmp_path)]}  # fmt: skip
+    result = check_result("/img/good", *run_check_script(steps))
+    assert result.ok, result.message
+    assert result.message.startswith("image /img/good works: python3 3.")
+    assert "json 1" in result.message
+
+
+def test_the_check_script_names_the_module_missing_and_the_mount_point(tmp_path):
+    steps = {
+        "imports": [
+            ("jupyter_server", sys.executable, "import no_such_module_here"),
+            ("torch", str(tmp_path / "env/bin/python"), "import torch"),
+        ],
+        "mount_points": [str(tmp_path / "datasets")],
+    }
+    result = check_result("/img/bad", *run_check_script(steps))
+    assert not result.ok
+    assert "jupyter_server: ModuleNotFoundError: No module named 'no_such_module_here'" in (
+        result.message
+    )
+    assert f"torch: no {tmp_path}/env/bin/python in the image" in result.message
+    assert f"mount point {tmp_path}/datasets: missing" in result.message
+
+
+def test_an_image_that_does_not_start_says_ch_runs_error():
+    result = check_result("/img/x", 1, "ch-run[9]: error: can't stat image: /img/x\n")
+    assert not result.ok
+    assert result.message == "image /img/x does not run: ch-run[9]: error: can't stat image: /img/x"
+    assert check_result("/img/x", 137, "").message == (
+        "image /img/x does not run: exit status 137, no output"
+    )
+
+
+def test_an_interrupted_check_is_no_pass():
+    assert not check_result("/img/x", 0, "ok python3 3.11.2\nok jupyter_server 2\n").ok
