@@ -64,17 +64,20 @@ def ended_info(last_end):
     return {**last_end, "why": describe_end(reason, last_end.get("memory", ""))}
 
 
-def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, log, extend):
+def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, log, extend,
+                 image=""):  # fmt: skip
     """The card of the running session ``job_id``, as the poll lists it
     (``job``, None when not listed; ``unknown``: Slurm did not answer), on
     ``ip`` (its first node) with ``gpu_indices`` (node -> "0-1"), its
-    ``profile`` and ``job_slice``, its ``log``, and ``extend`` (``extend_info``)."""
+    ``profile`` and ``job_slice``, its ``log``, ``extend`` (``extend_info``)
+    and its container ``image`` ("" for none)."""
     nodes = job.nodes if job else (ip,) if ip else ()
     # key "": the first node's, as a hub before multi-node sessions kept them
     info = {
         "job_id": job_id,
         "profile": profile.display_name if profile else "",
         "revision": profile.revision if profile else 0,
+        "image": image,
         "slice": job_slice,
         "nodes": [
             {
@@ -118,7 +121,36 @@ class SessionCard:
     """PortalSpawner's card for the home page (``session_info``,
     ``ended_info``) and the progress page's messages, from the spawner's
     state and the shared poll: each method passes the spawner's values to
-    the function of its name above."""
+    the function of its name above; and the record of how a session ended
+    without a stop of the user's (``last_end``)."""
+
+    async def _record_end(self):
+        """How a session that ended without a stop from the hub ended (a node
+        failure, its time limit, a scancel from a shell), from sacct, for the
+        home page: ``last_end`` is kept in the state until the next start."""
+        reason = await self.job_end_reason()
+        nodes = self._job_nodes()
+        memory = self.job_slice.memory_limit if self.job_slice else ""
+        self.last_end = end_record(self.job_id, nodes, reason=reason, memory=memory)
+        self.log.info(
+            "Job %s of %s on %s is no longer in the queue: %s",
+            self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
+        )  # fmt: skip
+
+    def _job_nodes(self):
+        return [n for n in (self.gpu_indices or {}) if n] or ([self.ip] if self.ip else [])
+
+    def _record_idle_end(self):
+        """A stop asked by the idle culler, for the home page: ``last_end``
+        says after how long idle (``ended_info``)."""
+        idle = self.idle_seconds()
+        self.last_end = end_record(
+            self.job_id, self._job_nodes(), reason="", idle_seconds=idle
+        )
+        self.log.info(
+            "Job %s of %s stopped by the idle culler after %s idle",
+            self.job_id, self.user.name, describe_seconds(idle),
+        )  # fmt: skip
 
     def _progress_message(self, poller):
         job = poller.job(self.job_id) if self.job_id else None
@@ -149,6 +181,7 @@ class SessionCard:
             unknown=self.poller.unknown,
             log=self.job_log,
             extend=self._extend_info(job),
+            image=self.session_image(),
         )
 
     def _extend_info(self, job):

@@ -16,9 +16,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from portal.core.numbers import whole_number
 from portal.core.profiles import ProfileError, choose
+from portal.helper.imagecheck import ImageError, plain_path
 
 TEMPLATES = Path(__file__).parent / "templates"
-OPTION_KEYS = {"profile", "gpus", "hours", "nodes"}
+OPTION_KEYS = {"profile", "gpus", "hours", "nodes", "image"}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _html = Environment(
@@ -60,17 +61,59 @@ def resolve(options, profiles, groups):
     job_slice = profile.make_slice(
         options.get("gpus", 1), options.get("hours"), options.get("nodes")
     )
+    user_image(options, profile)
     return profile, job_slice
 
 
-def valid_options(profile, job_slice):
-    """The options that give ``job_slice`` of ``profile``, as they are kept."""
-    return {
+def user_image(options, profile):
+    """The user's own image that ``options`` name for ``profile`` (a plain
+    absolute path; that it is a folder in their home is checked as them,
+    ``spawners.container``), or "" for the profile's image; ProfileError when
+    the profile takes none, or needs one.
+
+    >>> from portal.core.profiles import profile_from_dict
+    >>> own = profile_from_dict({"name": "own", "display_name": "Own", "environment": "pytorch",
+    ...                          "partition": "gpu", "user_images": True})
+    >>> user_image({"image": " /home/bob/img/pt "}, own)
+    '/home/bob/img/pt'
+    >>> user_image({}, own)
+    Traceback (most recent call last):
+    ...
+    portal.core.profiles.ProfileError: Own runs your own image: give its folder in your home
+    """
+    image = options.get("image") or ""
+    if not isinstance(image, str):
+        raise ProfileError("image must be the path of a folder in your home", "image")
+    image = image.strip()
+    if not image:
+        if profile.user_images and not profile.image:
+            raise ProfileError(
+                f"{profile.display_name} runs your own image: give its folder in your home",
+                "image",
+            )
+        return ""
+    if not profile.user_images:
+        raise ProfileError(
+            f"{profile.display_name} does not run images of your own: leave image empty",
+            "image",
+        )
+    try:
+        return plain_path(image, "your image")
+    except ImageError as e:
+        raise ProfileError(str(e), "image") from None
+
+
+def valid_options(profile, job_slice, options=None):
+    """The options that give ``job_slice`` of ``profile`` (with the user's
+    own image of ``options``), as they are kept."""
+    kept = {
         "profile": profile.name,
         "gpus": job_slice.gpus,
         "hours": job_slice.hours,
         "nodes": job_slice.nodes,
     }
+    image = user_image(options or {}, profile)
+    return {**kept, "image": image} if image else kept
 
 
 def form_fields(formdata):
@@ -95,6 +138,11 @@ def link_notes(link, profile, values):
             f"{profile['display_name']} is shown."
         )
         return notes
+    if link.get("image") and not profile["user_images"]:
+        notes.append(
+            f"{profile['display_name']} does not run images of your own: the link's image "
+            f"{link['image'][:80]!r} is left out."
+        )
     limits = {"gpus": profile["offered_gpus"], "nodes": profile["offered_nodes"]}
     limits["hours"] = profile["max_hours"]
     for key, high in limits.items():
@@ -159,6 +207,7 @@ def chosen_values(profiles, last):
         "gpus": gpus if gpus and gpus <= current["offered_gpus"] else 1,
         "nodes": nodes if nodes and nodes <= current["offered_nodes"] else 1,
         "hours": hours if hours and hours <= current["max_hours"] else current["default_hours"],
+        "image": str(last.get("image") or "") if same and current["user_images"] else "",
     }
     return chosen, current, values
 
@@ -168,7 +217,7 @@ def refusal(message):
     return f"<p class='alert alert-warning'>{html_escape(message)}</p>"
 
 
-def render_options_form(offered, poller, last, link=None):
+def render_options_form(offered, poller, last, link=None, username="you"):
     """The spawn page's HTML for the ``offered`` profiles (at least one),
     sized by what the shared ``poller`` knows now, pre-filled with the
     ``last`` options or a spawn ``link``'s values (then with notes on what
@@ -185,6 +234,8 @@ def render_options_form(offered, poller, last, link=None):
         gpus_value=values["gpus"],
         nodes_value=values["nodes"],
         hours_value=values["hours"],
+        image_value=values["image"],
+        username=username,
         link_notes=link_notes(link, current, values) if link else [],
         last=last,
         partitions=sorted(poller.partitions.values(), key=lambda part: part.name),

@@ -389,6 +389,9 @@ def configure_spawner(c, settings):
     c.PortalSpawner.log_dir = slurm["log_dir"]
     c.PortalSpawner.templates_dir = f"{envs['prefix']}/notebook_templates"
     c.PortalSpawner.shared_data = settings["data"]["shared_data"]
+    c.PortalSpawner.envs_prefix = envs["prefix"]
+    c.PortalSpawner.images_dir = settings["containers"]["images"]
+    c.PortalSpawner.container_runtime = settings["containers"]["runtime"]
     # Sessions run only for accounts in the portal's groups, with a uid in the
     # site's user range; sudoers allows the same groups only (deploy/hub.sh).
     c.PortalSpawner.allowed_unix_groups = site_settings.portal_groups(settings)

@@ -9,6 +9,8 @@ On batchspawner's SlurmSpawner (state, the port report, its traits):
   taken from the user, and validated again at start because the REST API
   skips the form. Jupyter runs on the job's first node; ``srun`` in the
   session reaches every node;
+- a profile's container image (``spawners.container``) runs the session's
+  launcher under the runtime (ch-run), a user's own image checked as them;
 - the batch script comes from a sandboxed template with every value quoted
   (``portal.core.script``), and Slurm's commands run as argument lists with
   timeouts and a minimal environment (``portal.slurm.commands``);
@@ -28,15 +30,15 @@ import time
 from tornado import web
 
 from portal.contract import SessionEnv
-from portal.core.durations import describe_seconds
 from portal.core.idle import session_idle_seconds
 from portal.core.profiles import ProfileError, profile_from_dict
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.slurm import commands as slurm
 
-from . import card, form, reach
+from . import form, reach
 from .card import SessionCard
+from .container import ContainerSession
 from .form import LinkOptions
 from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
@@ -45,7 +47,7 @@ STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
+class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSettings):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.job_slice = None
@@ -74,7 +76,8 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
 
     def options_from_form(self, formdata):
         """The form's fields, validated; a ValueError re-renders the form with its message."""
-        return form.valid_options(*self.resolve_options(form.form_fields(formdata)))
+        fields = form.form_fields(formdata)
+        return form.valid_options(*self.resolve_options(fields), fields)
 
     def options_from_query(self, query_data):
         """A spawn link (GET /hub/spawn?profile=...&gpus=...) never starts a job
@@ -92,7 +95,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         except (ProfileError, SliceError) as e:
             self._restore_last_options()
             raise web.HTTPError(400, str(e)) from None
-        self.last_options = form.valid_options(self.profile, self.job_slice)
+        self.last_options = form.valid_options(self.profile, self.job_slice, user_options)
         return self.job_slice
 
     def _restore_last_options(self):
@@ -123,7 +126,7 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         link, self._link_options = self._link_options, None
-        return form.render_options_form(offered, poller, last, link)
+        return form.render_options_form(offered, poller, last, link, self.user.name)
 
     # -- running Slurm's commands ---------------------------------------
 
@@ -170,6 +173,8 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
         if bad:
             raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
+        await self.check_user_image()  # as the user, before anything is submitted
+        container, container_env_prefix = self.container_exec(home)
         # The script itself exports the session's environment and opens its
         # log (the user's own folder, made by the job): sbatch runs through
         # sudo with a reset environment, and nothing runs as the user first.
@@ -180,6 +185,9 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
             environment=self.python_env,
             templates=self.templates_dir,
             shared_data=self.shared_data,
+            container=container,
+            image=self.session_image(),
+            container_env_prefix=container_env_prefix,
             cmd=self.cmd_formatted_for_batch(),
         )
         self.session_tls = None  # the key is in the script alone from here
@@ -366,34 +374,6 @@ class PortalSpawner(SessionCerts, SessionCard, PortalSpawnerSettings):
             self._forget_job()
             return 1
         return None  # listed, or Slurm did not answer: kept as last seen
-
-    async def _record_end(self):
-        """How a session that ended without a stop from the hub ended (a node
-        failure, its time limit, a scancel from a shell), from sacct, for the
-        home page: ``last_end`` is kept in the state until the next start."""
-        reason = await self.job_end_reason()
-        nodes = self._job_nodes()
-        memory = self.job_slice.memory_limit if self.job_slice else ""
-        self.last_end = card.end_record(self.job_id, nodes, reason=reason, memory=memory)
-        self.log.info(
-            "Job %s of %s on %s is no longer in the queue: %s",
-            self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
-        )  # fmt: skip
-
-    def _job_nodes(self):
-        return [n for n in (self.gpu_indices or {}) if n] or ([self.ip] if self.ip else [])
-
-    def _record_idle_end(self):
-        """A stop asked by the idle culler, for the home page: ``last_end``
-        says after how long idle (``ended_info``)."""
-        idle = self.idle_seconds()
-        self.last_end = card.end_record(
-            self.job_id, self._job_nodes(), reason="", idle_seconds=idle
-        )
-        self.log.info(
-            "Job %s of %s stopped by the idle culler after %s idle",
-            self.job_id, self.user.name, describe_seconds(idle),
-        )  # fmt: skip
 
     def start_polling(self):
         """The hub's periodic poll, and a call as soon as the shared squeue finds

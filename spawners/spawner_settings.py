@@ -22,6 +22,7 @@ from .poller import SlurmPoller
 from .unused_settings import refuse_unused_settings
 
 SLURM, HUB, ENVS = defaults()["slurm"], defaults()["hub"], defaults()["envs"]
+CONTAINERS = defaults()["containers"]
 CULLING = defaults()["culling"]
 
 
@@ -169,6 +170,27 @@ class PortalSpawnerSettings(SlurmSpawner):
         help="""The shared data storage (the cluster's NFS/Isilon mount), linked
         as ``~/shared-data`` unless that name is taken. Empty: no link.
         Example: ``/srv/portal/datasets``.""",
+    ).tag(config=True)
+
+    envs_prefix = Unicode(
+        ENVS["prefix"],
+        help="""Prefix of the framework environments: a profile's ``environment``
+        NAME is ``PREFIX/envs/NAME``, on the nodes and inside its image alike.
+        Default ``/opt/portal`` (deploy/portal.toml [envs] prefix).""",
+    ).tag(config=True)
+
+    images_dir = Unicode(
+        CONTAINERS["images"],
+        help="""Folder of the site's container images: a profile's ``image`` is a
+        folder here (``spawners.container``). Default ``/var/lib/portal/images``
+        (deploy/portal.toml [containers] images).""",
+    ).tag(config=True)
+
+    container_runtime = Unicode(
+        CONTAINERS["runtime"],
+        help="""The runtime that runs a session in its image:
+        ``charliecloud`` (ch-run, run and tested here) or ``apptainer`` (its
+        command line is unit-tested only). Default ``charliecloud``.""",
     ).tag(config=True)
 
     job_path = Unicode(

@@ -8,13 +8,17 @@ the runtime run and tested here; Apptainer's ``apptainer exec`` is what most
 sites run, and is written out with its command line unit-tested only
 (``tested_here`` is False: no Apptainer package reaches these machines).
 
-What a session binds (``Binds``): its user's home at the same path, the
-site's shared data, and nothing else of the host's files but what the
-runtime itself brings (Charliecloud binds /dev, /proc, /sys, /tmp, /etc/passwd
-and /etc/group; the job's own GPU device files are in /dev, the device cgroup
-of the Slurm job decides which open). The environment is the job's, passed
-through (ch-run) or passed in a file (Apptainer, whose ``--cleanenv`` drops
-it): never on the command line, where other users of the node read it.
+What a session binds (``Binds``): the folder of the users' homes (each
+home keeps its own mode: the others' stay closed, as outside), the site's
+shared data, Slurm's configuration and munge's socket (the session's own
+squeue and srun), and nothing else of the host's files but what the runtime
+itself brings (Charliecloud binds /dev, /proc, /sys, /tmp, /etc/passwd and
+/etc/group; the job's own GPU device files are in /dev, the device cgroup of
+the Slurm job decides which open). An image has a folder at each of these
+paths (a bind needs its mount point; the image's check looks). The
+environment is the job's, passed through (ch-run), or given as
+``APPTAINERENV_*`` variables (Apptainer, whose ``--cleanenv`` drops the
+rest): never on the command line, where other users of the node read it.
 """
 
 import re
@@ -23,6 +27,9 @@ from dataclasses import dataclass, field
 # A bind's path: absolute, plain characters (no ``:`` or ``,``, which the
 # runtimes' option syntax uses, and nothing a shell would expand).
 PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]*$")
+# Slurm's configuration and munge's socket: the session's squeue (its end)
+# and srun (across its nodes) run inside the image with its slurm-client.
+SLURM_BINDS = ("/etc/slurm", "/run/munge")
 
 
 class ContainerError(ValueError):
@@ -55,12 +62,22 @@ class Binds:
     pairs: tuple = field(default_factory=tuple)
 
     @classmethod
-    def for_session(cls, home, shared_data=""):
-        """The user's home and the shared data, each at its own path."""
-        pairs = [(checked_path(home, "the home folder"),) * 2]
+    def for_session(cls, home_root, shared_data="", slurm=SLURM_BINDS):
+        """The folder of the homes, the shared data and Slurm's client
+        files, each at its own path.
+
+        >>> Binds.for_session("/home", "/srv/data").guests()
+        ['/home', '/srv/data', '/etc/slurm', '/run/munge']
+        """
+        paths = [checked_path(home_root, "the folder of the homes")]
         if shared_data:
-            pairs.append((checked_path(shared_data, "[data] shared_data"),) * 2)
-        return cls(tuple(pairs))
+            paths.append(checked_path(shared_data, "[data] shared_data"))
+        paths += [checked_path(p, "a Slurm client path") for p in slurm]
+        return cls(tuple((p, p) for p in paths))
+
+    def guests(self):
+        """The paths the image must have folders at."""
+        return [guest for _, guest in self.pairs]
 
 
 class Runtime:
@@ -68,8 +85,11 @@ class Runtime:
 
     name = ""
     tested_here = False
+    # The prefix of the variables that reach the container's environment
+    # ("": the runtime passes the caller's whole environment through).
+    env_prefix = ""
 
-    def exec_argv(self, image, command, binds, env_file=""):
+    def exec_argv(self, image, command, binds, cwd="", env_file=""):
         raise NotImplementedError
 
 
@@ -78,19 +98,20 @@ class Charliecloud(Runtime):
 
     >>> Charliecloud().exec_argv(
     ...     "/var/lib/portal/images/pytorch", ["python3", "-V"],
-    ...     Binds.for_session("/home/alice", "/srv/data"))  # doctest: +NORMALIZE_WHITESPACE
-    ['ch-run', '--bind=/home/alice:/home/alice', '--bind=/srv/data:/srv/data',
+    ...     Binds.for_session("/home", "/srv/data", slurm=()), cwd="/home/alice")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['ch-run', '--bind=/home:/home', '--bind=/srv/data:/srv/data',
      '--cd=/home/alice', '/var/lib/portal/images/pytorch', '--', 'python3', '-V']
     """
 
     name = "charliecloud"
     tested_here = True
 
-    def exec_argv(self, image, command, binds, env_file=""):
+    def exec_argv(self, image, command, binds, cwd="", env_file=""):
         checked_path(image, "the image")
         argv = ["ch-run", *(f"--bind={host}:{guest}" for host, guest in binds.pairs)]
-        if binds.pairs:
-            argv.append(f"--cd={binds.pairs[0][1]}")
+        if cwd:
+            argv.append(f"--cd={checked_path(cwd, 'the working folder')}")
         if env_file:  # the job's environment is passed through; a file adds to it
             argv.append(f"--set-env={checked_path(env_file, 'the environment file')}")
         return [*argv, image, "--", *command]
@@ -100,25 +121,30 @@ class Apptainer(Runtime):
     """``apptainer exec`` of a SIF image: the GPU driver's libraries (``--nv``),
     a clean environment with the job's given in a file. Not run here.
 
+    A session's batch script exports its environment again as
+    ``APPTAINERENV_NAME`` (``env_prefix``), which ``--cleanenv`` lets in as
+    ``NAME``.
+
     >>> Apptainer().exec_argv(
-    ...     "/images/pytorch.sif", ["python3", "-V"], Binds.for_session("/home/alice"),
-    ...     env_file="/tmp/job/env")  # doctest: +NORMALIZE_WHITESPACE
+    ...     "/images/pytorch.sif", ["python3", "-V"], Binds.for_session("/home", slurm=()),
+    ...     cwd="/home/alice", env_file="/tmp/job/env")  # doctest: +NORMALIZE_WHITESPACE
     ['apptainer', 'exec', '--nv', '--cleanenv', '--env-file=/tmp/job/env',
-     '--bind=/home/alice:/home/alice', '--pwd=/home/alice', '/images/pytorch.sif',
+     '--bind=/home:/home', '--pwd=/home/alice', '/images/pytorch.sif',
      'python3', '-V']
     """
 
     name = "apptainer"
     tested_here = False
+    env_prefix = "APPTAINERENV_"
 
-    def exec_argv(self, image, command, binds, env_file=""):
+    def exec_argv(self, image, command, binds, cwd="", env_file=""):
         checked_path(image, "the image")
         argv = ["apptainer", "exec", "--nv", "--cleanenv"]
         if env_file:
             argv.append(f"--env-file={checked_path(env_file, 'the environment file')}")
         argv += [f"--bind={host}:{guest}" for host, guest in binds.pairs]
-        if binds.pairs:
-            argv.append(f"--pwd={binds.pairs[0][1]}")
+        if cwd:
+            argv.append(f"--pwd={checked_path(cwd, 'the working folder')}")
         return [*argv, image, *command]
 
 

@@ -8,10 +8,13 @@ import pytest
 from portal.core.containers import Apptainer, Binds, Charliecloud, ContainerError, runtime
 
 
-def test_a_session_binds_its_home_and_the_shared_data_only():
-    binds = Binds.for_session("/home/bob", "/srv/portal-data")
-    assert binds.pairs == (("/home/bob", "/home/bob"), ("/srv/portal-data", "/srv/portal-data"))
-    assert Binds.for_session("/home/bob").pairs == (("/home/bob", "/home/bob"),)
+def test_a_session_binds_the_homes_the_shared_data_and_slurms_client_only():
+    binds = Binds.for_session("/home", "/srv/portal-data")
+    assert binds.pairs == (
+        ("/home", "/home"), ("/srv/portal-data", "/srv/portal-data"),
+        ("/etc/slurm", "/etc/slurm"), ("/run/munge", "/run/munge"),
+    )  # fmt: skip
+    assert Binds.for_session("/home", slurm=()).pairs == (("/home", "/home"),)
 
 
 @pytest.mark.parametrize(
@@ -28,8 +31,9 @@ def test_a_path_that_could_become_another_option_is_refused(path):
 
 def test_charliecloud_runs_the_command_after_the_image_and_the_separator():
     argv = Charliecloud().exec_argv(
-        "/img/pytorch", ["--help", "-b", "/"], Binds.for_session("/h/a")
+        "/img/pytorch", ["--help", "-b", "/"], Binds.for_session("/h"), cwd="/h/a"
     )
+    assert "--cd=/h/a" in argv
     assert argv[argv.index("--") - 1] == "/img/pytorch"
     assert argv[argv.index("--") + 1 :] == ["--help", "-b", "/"]
     env = Charliecloud().exec_argv("/img/p", ["true"], Binds(), env_file="/tmp/x/env")
@@ -38,7 +42,7 @@ def test_charliecloud_runs_the_command_after_the_image_and_the_separator():
 
 def test_apptainer_passes_the_environment_in_a_file_never_on_the_command_line():
     argv = Apptainer().exec_argv(
-        "/img/p.sif", ["jupyter"], Binds.for_session("/h/a"), env_file="/tmp/j/env"
+        "/img/p.sif", ["jupyter"], Binds.for_session("/h"), env_file="/tmp/j/env"
     )
     assert argv[:4] == ["apptainer", "exec", "--nv", "--cleanenv"]
     assert "--env-file=/tmp/j/env" in argv and not any("TOKEN" in a for a in argv)

@@ -16,6 +16,9 @@ def render(**overrides):
         templates="/opt/portal/notebook_templates",
         shared_data="/srv/portal/datasets",
         cmd=["/opt/portal/envs/jupyter/bin/portal-session", "jupyterhub-singleuser"],
+        container=[],
+        container_env_prefix="",
+        image="",
     )
     values.update(overrides)
     return render_batch_script(**values)
@@ -39,10 +42,14 @@ def test_every_value_is_quoted():
         log_dir=evil,
         templates=evil,
         shared_data=evil,
+        container=["ch-run", f"--bind={evil}", evil, "--"],
+        image=evil,
     )
     assert shlex.quote(evil + "/bin/activate") in script
+    assert f"exec ch-run {shlex.quote('--bind=' + evil)} {shlex.quote(evil)} -- x " in script
+    assert "export PORTAL_IMAGE=" + shlex.quote(evil) in script
     assert "printf '%s' " + shlex.quote(evil) + ' >"$tls_dir/session.key"' in script
-    assert "exec x " + shlex.quote(evil) in script
+    assert " -- x " + shlex.quote(evil) in script
     assert "export PORTAL_PROFILE=" + shlex.quote(evil) in script
     # the rendered script is valid shell in which the values stay words
     subprocess.run(["bash", "-n"], input=script.encode(), check=True)
@@ -183,3 +190,24 @@ def test_without_internal_tls_no_file_and_plain_http():
     script = render(tls=None)
     assert "JUPYTERHUB_SSL_" not in script and "tls_dir" not in script
     assert 'JUPYTERHUB_SERVICE_URL="http://' in script
+
+
+def test_a_container_session_execs_the_launcher_under_the_runtime():
+    container = ["ch-run", "--bind=/home:/home", "--cd=/home/alice", "/img/pytorch", "--"]
+    script = render(container=container, image="/img/pytorch")
+    assert script.rstrip().endswith(
+        "exec ch-run --bind=/home:/home --cd=/home/alice /img/pytorch -- "
+        "/opt/portal/envs/jupyter/bin/portal-session jupyterhub-singleuser"
+    )
+    assert "export PORTAL_IMAGE=/img/pytorch" in script and "APPTAINERENV_" not in script
+    assert "PORTAL_IMAGE" not in render()
+
+
+def test_a_runtime_that_cleans_the_environment_gets_it_again_by_prefix():
+    script = render(container=["apptainer", "exec", "/i.sif"], image="/i.sif",
+                    container_env_prefix="APPTAINERENV_")  # fmt: skip
+    subprocess.run(["bash", "-n"], input=script.encode(), check=True)
+    loop = script[script.index("while IFS= read -r name") :]
+    demo = "export A_B=1; " + loop[: loop.index("echo")] + "echo $APPTAINERENV_A_B"
+    out = subprocess.run(["bash", "-c", demo], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
