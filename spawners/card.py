@@ -144,9 +144,7 @@ class SessionCard:
         """A stop asked by the idle culler, for the home page: ``last_end``
         says after how long idle (``ended_info``)."""
         idle = self.idle_seconds()
-        self.last_end = end_record(
-            self.job_id, self._job_nodes(), reason="", idle_seconds=idle
-        )
+        self.last_end = end_record(self.job_id, self._job_nodes(), reason="", idle_seconds=idle)
         self.log.info(
             "Job %s of %s stopped by the idle culler after %s idle",
             self.job_id, self.user.name, describe_seconds(idle),

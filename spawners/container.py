@@ -111,7 +111,7 @@ class ContainerSession:
         )  # fmt: skip
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), imagecheck.CHECK_TIMEOUT + 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             raise web.HTTPError(400, f"Your image {image} took too long to check") from None
         output = out.decode(errors="replace")

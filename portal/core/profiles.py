@@ -2,15 +2,15 @@
 
 A profile names an environment (a framework's), or a container image
 (``image``: a folder of the site's ``[containers] images``, in which the
-session runs with that framework's environment inside it; ``user_images``:
-a user may name an image of their own, a folder in their home), a partition, the most GPUs (per node),
-nodes and hours a session may have, the slice per GPU (cores, memory), how
-long its sessions may idle (``idle_minutes``, 0: the site's ``[culling]``
-value) and the LDAP groups that may use it. The spawner reads profiles
-through a *source* (a callable that returns the current list) at every form
-render and every spawn, so an edit applies at the next spawn without a
-restart. The hub's source is the admin
-service's store (``spawners.hub_config.StoreProfiles``).
+session runs with that framework's environment inside it; ``user_images``: a
+user may name an image of their own, a folder in their home), a partition,
+the most GPUs (per node), nodes and hours a session may have, the slice per
+GPU (cores, memory), how long its sessions may idle (``idle_minutes``, 0:
+the site's ``[culling]`` value) and the LDAP groups that may use it. The
+spawner reads profiles through a *source* (a callable that returns the
+current list) at every form render and every spawn, so an edit applies at
+the next spawn without a restart. The hub's source is the admin service's
+store (``spawners.hub_config.StoreProfiles``).
 """
 
 import grp

@@ -88,7 +88,8 @@ class FakeCheck:
 
 
 async def test_a_users_image_is_checked_as_them_before_anything_is_submitted(
-    runner, monkeypatch  # noqa: F811
+    runner,
+    monkeypatch,  # noqa: F811
 ):
     check = FakeCheck(1, "ok python3 3.11.2\nimage /x: jupyter_server: no /opt/j/bin/python\n")
     monkeypatch.setattr(asyncio, "create_subprocess_exec", check)
@@ -101,7 +102,8 @@ async def test_a_users_image_is_checked_as_them_before_anything_is_submitted(
         "Your image was refused: image /x: jupyter_server: no /opt/j/bin/python"
     )
     assert runner.script is None  # nothing submitted
-    assert check.argv[:5] == ("sudo", "-n", "-u", ME, "/usr/local/libexec/portal/portal-image-check")
+    assert check.argv[:4] == ("sudo", "-n", "-u", ME)
+    assert check.argv[4] == "/usr/local/libexec/portal/portal-image-check"
     assert check.argv[-2:] == ("--in-home", f"{HOME}/images/mine")
     assert ("--framework", "pytorch") == check.argv[7:9]
 
@@ -114,7 +116,8 @@ async def test_a_users_image_is_checked_as_them_before_anything_is_submitted(
 
 
 async def test_a_users_image_outside_their_home_is_refused_before_the_check(
-    runner, monkeypatch  # noqa: F811
+    runner,
+    monkeypatch,  # noqa: F811
 ):
     check = FakeCheck(0, "done\n")
     monkeypatch.setattr(asyncio, "create_subprocess_exec", check)
