@@ -37,6 +37,10 @@ Figures (medians over repeated runs):
   ``first_cell_kernel_s_FW`` (the kernel, started through the server's REST
   API, answers kernel_info) and ``first_cell_imports_s_FW`` (the cells'
   execute_reply ok: the same as ``first_cell_s_FW``).
+- ``container_spawn_s`` / ``container_env_spawn_s``: spawn to ready of the
+  PyTorch image's profile (``pytorch-image``: the session under ``ch-run``)
+  and of the PyTorch environment's (``pytorch``), alternating;
+  ``container_spawn_vs_env``: their ratio (issue 25).
 
 Progress goes to stderr; the figures to stdout, as they come and all together
 at the end. Run as root from the repository (``make bench``, or
@@ -56,7 +60,7 @@ from urllib.parse import urlsplit
 from bench import dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
 from portal import settings as site_settings
 
-PARTS = ("spawn", "train", "firstcell", "hub", "rpcs")
+PARTS = ("spawn", "container", "train", "firstcell", "hub", "rpcs")
 TARGETS = {
     "spawn_vs_floor": ("<=", 1.1),
     "spawn_vs_stock": ("<=", 0.5),
@@ -64,6 +68,7 @@ TARGETS = {
     "hub_p95_ms": ("<=", 100),
     "train_portal_vs_plain": (">=", 0.97),
     "tensorboard_dashboard_vs_direct": ("<=", 1.2),
+    "container_spawn_vs_env": ("<=", 1.2),
 }
 
 
@@ -131,6 +136,30 @@ def spawn_figures(figures, portal, stock, accounts, reps):
     medians = {e: statistics.median(m[e] for m in timelines if e in m) for e in events}
     figures["spawn_timeline_s"] = timeline.describe(medians)
     say(f"spawn_timeline_s (medians) = {figures['spawn_timeline_s']}")
+
+
+def container_figures(figures, portal, accounts, reps):
+    """The same user's spawns of the image profile and the environment's, in
+    turn (each at a random phase of Slurm's scheduler), one GPU each."""
+    name = "bench001"
+    client = users.login(portal, name, accounts[name])
+    spawn.wait_offered(portal, client, name, "pytorch-image")
+    times = {"pytorch-image": [], "pytorch": []}
+    for i in range(reps):
+        for profile in times:
+            spawn.random_phase()
+            times[profile].append(
+                spawn.spawn_ready(portal, client, name, {"profile": profile, "gpus": 1})
+            )
+            spawn.stop_server(portal, client, name)
+            portal.wait_no_jobs()
+        say(f"container {i + 1}/{reps}: image {times['pytorch-image'][-1]:.2f} s, "
+            f"environment {times['pytorch'][-1]:.2f} s")  # fmt: skip
+    figures.add("container_spawn_s", statistics.median(times["pytorch-image"]))
+    figures.add("container_env_spawn_s", statistics.median(times["pytorch"]))
+    figures.add(
+        "container_spawn_vs_env", figures["container_spawn_s"] / figures["container_env_spawn_s"]
+    )
 
 
 def train_figures(figures, portal, accounts, runs, steps):
@@ -294,12 +323,14 @@ def main(argv=None):
     portal, stock = hubs.portal_hub(), hubs.stock_hub()
     figures = Figures()
     try:
-        if {"spawn", "train", "firstcell", "hub"} & set(args.only):
+        if {"spawn", "container", "train", "firstcell", "hub"} & set(args.only):
             portal.start()
         if "spawn" in args.only:
             stock.start()
             spawn_figures(figures, portal, stock, accounts, args.reps)
             stock.stop()
+        if "container" in args.only:
+            container_figures(figures, portal, accounts, args.reps)
         if "train" in args.only:
             train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
         if "firstcell" in args.only:

@@ -96,6 +96,18 @@ def spawn_ready(hub, client, name, options=None):
     return wait_answer(url, start, session=client.session) - start
 
 
+def wait_offered(hub, client, name, profile, timeout=600):
+    """Wait until the spawn page offers ``profile`` (an image profile is
+    held back until the admin service's check of its image has passed)."""
+    since = time.monotonic()
+    while time.monotonic() - since < timeout:
+        r = client.session.get(f"{hub.url}/hub/spawn/{name}", timeout=10)
+        if f'value="{profile}"' in r.text:
+            return
+        time.sleep(2)
+    raise RuntimeError(f"the {hub.name} hub did not offer {profile} within {timeout} s")
+
+
 def stop_server(hub, client, name):
     client.api("DELETE", f"/users/{name}/server")
     try:

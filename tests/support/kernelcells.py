@@ -48,12 +48,13 @@ print(json.dumps(shown))
 """
 
 
-async def run_in_session(server_url, token, code, timeout=120):
-    """``[status, printed]`` of ``code`` run in a new kernel of the session at
-    ``server_url`` (``https://HOST:PORT/user/NAME/``), as the holder of the hub
-    API ``token`` (scope ``access:servers``); the kernel is shut down after."""
+async def run_in_session(server_url, token, code, timeout=120, kernel_name=None):
+    """``[status, printed]`` of ``code`` run in a new kernel (``kernel_name``,
+    default the server's) of the session at ``server_url``
+    (``https://HOST:PORT/user/NAME/``), as the holder of the hub API ``token``
+    (scope ``access:servers``); the kernel is shut down after."""
     headers = {"Authorization": f"token {token}"}
-    kernel = _new_kernel(server_url, headers)
+    kernel = _new_kernel(server_url, headers, kernel_name)
     ws, msg_id = await _execute(server_url, headers, kernel, code)
     try:
         return await _reply(ws, msg_id, timeout)

@@ -88,8 +88,8 @@ class FakeCheck:
 
 
 async def test_a_users_image_is_checked_as_them_before_anything_is_submitted(
-    runner,
-    monkeypatch,  # noqa: F811
+    runner,  # noqa: F811
+    monkeypatch,
 ):
     check = FakeCheck(1, "ok python3 3.11.2\nimage /x: jupyter_server: no /opt/j/bin/python\n")
     monkeypatch.setattr(asyncio, "create_subprocess_exec", check)
@@ -116,8 +116,8 @@ async def test_a_users_image_is_checked_as_them_before_anything_is_submitted(
 
 
 async def test_a_users_image_outside_their_home_is_refused_before_the_check(
-    runner,
-    monkeypatch,  # noqa: F811
+    runner,  # noqa: F811
+    monkeypatch,
 ):
     check = FakeCheck(0, "done\n")
     monkeypatch.setattr(asyncio, "create_subprocess_exec", check)
