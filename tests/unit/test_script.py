@@ -211,3 +211,12 @@ def test_a_runtime_that_cleans_the_environment_gets_it_again_by_prefix():
     demo = "export A_B=1; " + loop[: loop.index("echo")] + "echo $APPTAINERENV_A_B"
     out = subprocess.run(["bash", "-c", demo], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_the_runtimes_command_line_reaches_the_session_as_words():
+    container = ["ch-run", "--bind=/home:/home", "/img/it's $(id)", "--"]
+    script = render(container=container, image="/img/it's $(id)")
+    line = next(x for x in script.splitlines() if x.startswith("export PORTAL_CONTAINER_RUN="))
+    out = subprocess.run(["bash", "-c", f'{line}; printf %s "$PORTAL_CONTAINER_RUN"'],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert shlex.split(out.stdout) == container
