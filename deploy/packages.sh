@@ -10,6 +10,9 @@ PACKAGES=(
     libnss-myhostname
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist
+    # container images: their runtime (ch-run), and their Debian base's
+    # builder (as root it needs none of its Recommends)
+    charliecloud-runtime mmdebstrap
     # the R kernel, and modulefiles for the environments in terminals
     r-base-core r-cran-irkernel environment-modules
     # tests and tools
