@@ -10,10 +10,10 @@ the embedded cluster ([cluster] embedded), the LDAP directory with the demo
 and test accounts and their homes, Slurm's state and configuration, the
 accounting database (MariaDB's data), the munge key, the nodes (network
 namespaces, /etc/hosts lines, GPU device files, Slurm's cgroups) and the
-shared data links. It keeps the installed Debian packages and the Python
-environments under [envs] prefix (rebuilt only when their lists change). A
-site's own files (a slurm.conf, a certificate or data that the portal did
-not make) are never removed.
+demo data sets' copies in the shared data folder. It keeps the installed
+Debian packages and the Python environments under [envs] prefix (rebuilt
+only when their lists change). A site's own files (a slurm.conf, a
+certificate or data that the portal did not make) are never removed.
 """
 
 import glob
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy import nsswitch, slurm_conf
+from deploy import data_setup, nsswitch, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
 
@@ -43,7 +43,6 @@ CLUSTER_STATE = (
     "/dev/portal-gpu",
 )
 SYSTEM_CA = Path("/usr/local/share/ca-certificates/data-scientist-portal.crt")
-DATASETS = "/usr/share/datasets/"  # where deploy/data.sh's links point
 NAME_RE = re.compile(r"[a-z_][a-z0-9_-]*")
 
 
@@ -132,12 +131,17 @@ def purge_cluster(settings):
             )
             if rm.returncode:
                 log(f"warning: {cg} is still in use")
-    # the shared data folder, where it holds only the links data.sh made
+    # the shared data folder, where it holds only what data.sh made: the
+    # demo data sets' copies (or an earlier version's links to them)
     data = settings["data"]["shared_data"]
     if data and os.path.isdir(data):
-        for entry in os.scandir(data):
-            if entry.is_symlink() and os.readlink(entry.path).startswith(DATASETS):
-                os.unlink(entry.path)
+        for name, source in data_setup.DEMO_DATA.items():
+            path = os.path.join(data, name)
+            if data_setup.action(path, source) == "replace":
+                os.unlink(path)
+            elif data_setup.is_copy_of(path, source):
+                shutil.rmtree(path)
+            remove(os.path.join(data, f".{name}.new"))  # an unfinished copy
         try:
             os.rmdir(data)
             log(f"removed {data}")
