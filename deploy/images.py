@@ -262,7 +262,7 @@ def check_image(settings, image, user, framework=None):
     if framework:
         jupyter_env, framework_env = session_envs(settings, framework)
     steps = check_steps(jupyter_env, framework_env, framework, mount_points(settings))
-    env = {"USER": user, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {"USER": user, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}  # runuser
     return run_check(image, steps, argv_prefix=as_user(user, []), env=env)
 
 
