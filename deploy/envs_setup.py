@@ -51,6 +51,10 @@ PACKAGE_FILES = (
     "README.md",
     "deploy/portal.toml",
 )
+# The files in an environment that say what it was built from, each
+# written once its part of the build is done: the requirements' stamp, the
+# framework's build (cpu or cuda), the portal package's stamp.
+STAMP_FILES = (".portal-stamp", ".portal-build", ".portal-package")
 # pip's noise about this machine's missing local index folders.
 PIP_NOISE = "is ignored: it is neither"
 MODULESPATH = Path("/etc/environment-modules/modulespath")
@@ -96,6 +100,13 @@ def read(path, default=""):
         return Path(path).read_text().rstrip("\n")
     except OSError:
         return default
+
+
+def built_from(env):
+    """What ``env`` was built from: ``{stamp file: its content}``, of the
+    STAMP_FILES it has (deploy/images.py rebuilds an image when this changes
+    for an environment it copied)."""
+    return {name: read(Path(env) / name) for name in STAMP_FILES if (Path(env) / name).is_file()}
 
 
 def pip(env, *args):

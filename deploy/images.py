@@ -1,11 +1,22 @@
 """Container images for sessions: Charliecloud directory images, built from
 Debian and this host's own environments, and the check an image passes
-before sessions are offered it (issue 25). Not yet part of ``make up``::
+before sessions are offered it (issue 25)::
 
+    PYTHONPATH=REPO /usr/bin/python3 -P -m deploy.images ensure
     PYTHONPATH=REPO /usr/bin/python3 -P -m deploy.images build NAME --framework pytorch
     PYTHONPATH=REPO /usr/bin/python3 -P -m deploy.images check DEST/NAME --user alice
 
-``build`` makes DEST/NAME (DEST defaults to /var/lib/portal/images):
+``ensure`` (deploy/envs.sh runs it, so ``make up`` and ``make test`` do)
+builds each image of ``[containers] build`` (named after its framework) that
+is missing or stale: an image keeps, in /etc/portal-image-source.json, what
+it was built from (this module's recipe, the mount points, deploy/kernels.py,
+and the stamps of the environments it copied, deploy/envs_setup.py's), and
+is built again when that differs. A folder of that name without
+/etc/portal-image is a site's own image: kept. With two images or more to
+build, the Debian base is made once (DEST/.debian-base, removed after) and
+copied into each.
+
+``build`` makes DEST/NAME (DEST: [containers] images):
 
 1. a minimal Debian of the host's release, with its python3, by mmdebstrap
    from the mirror (and security updates) this host's apt uses, straight into a folder (as fast as
@@ -22,8 +33,9 @@ before sessions are offered it (issue 25). Not yet part of ``make up``::
    /run/munge for the image's own Slurm client (squeue, which tells the
    session its end). The GPU devices need none: ch-run binds the host's
    /dev whole;
-5. built as DEST/.NAME.new, then renamed over DEST/NAME, world-readable
-   (ch-run runs it as the user).
+5. built as DEST/.NAME.new and checked (as ``nobody``, as below), then
+   renamed over DEST/NAME, world-readable (ch-run runs it as the user): an
+   image that fails its check replaces none.
 
 ``check`` runs the image as a user, as a session would, and says in one
 line what works or what does not: the image starts, its python3 runs, and
@@ -33,19 +45,28 @@ session launcher, the framework's its module. Exit status 0 or 1.
 
 import argparse
 import glob
+import hashlib
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from deploy.base import REPO_DIR, DeployError, logger, main_of, run
+from deploy.base import DEPLOY_DIR, REPO_DIR, DeployError, logger, main_of, run
+from deploy.envs_setup import built_from
 from portal.helper.imagecheck import INFO_FILE, ch_run_argv, check_steps, run_check
 
 log = logger("images")
 
-DEST = "/var/lib/portal/images"
+# What a build makes of the same environments: bump it when that changes in
+# a way the record (image_source) does not see, so each image is rebuilt.
+RECIPE = 1
+SOURCE_FILE = "etc/portal-image-source.json"  # inside the image: what it was built from
+BASE = ".debian-base"  # in DEST, while ensure builds several images
+CHECK_USER = "nobody"  # who checks a new image: anyone may run it
 SUITE = "bookworm"
 # The session's python, and Slurm's client for its squeue of the job's end
 # (portal.session.jobend): the host's /etc/slurm and munge socket are bound.
@@ -166,6 +187,55 @@ def image_info(name, framework, built):
     return f'NAME={name}\nFRAMEWORK={framework}\nBUILT={built}\nBASE="Debian {SUITE}"\n'
 
 
+def image_source(framework, envs, points, kernels):
+    """What an image is built from, as its record keeps it: the recipe
+    (RECIPE, the Debian suite and packages, deploy/kernels.py's sha256
+    ``kernels``, the mount ``points``) and ``envs``, each environment copied
+    in with what it was built from (``{path: {stamp file: content}}``).
+
+    >>> src = image_source("pytorch", {"/e/jupyter": {".portal-stamp": "ab "}}, ["/home"], "k1")
+    >>> src["framework"], src["environments"], src["mount_points"]
+    ('pytorch', {'/e/jupyter': {'.portal-stamp': 'ab '}}, ['/home'])
+    """
+    return {
+        "recipe": RECIPE,
+        "suite": SUITE,
+        "packages": list(PACKAGES),
+        "kernels": kernels,
+        "framework": framework,
+        "mount_points": list(points),
+        "environments": {str(env): dict(stamps) for env, stamps in envs.items()},
+    }
+
+
+def rebuild_reason(recorded, wanted):
+    """Why an image recorded as built from ``recorded`` (None: no record) is
+    built again for ``wanted``; "" when it is up to date.
+
+    >>> wanted = image_source("pytorch", {"/e/pytorch": {".portal-stamp": "2 "}}, [], "k")
+    >>> rebuild_reason(wanted, wanted)
+    ''
+    >>> rebuild_reason(image_source("pytorch", {"/e/pytorch": {".portal-stamp": "1 "}}, [], "k"),
+    ...                wanted)
+    '/e/pytorch changed'
+    >>> rebuild_reason(None, wanted)
+    'it has no record of what it was built from'
+    """
+    if not isinstance(recorded, dict):
+        return "it has no record of what it was built from"
+    if recorded == wanted:
+        return ""
+    changed = [env for env, stamps in wanted["environments"].items()
+               if recorded.get("environments", {}).get(env) != stamps]  # fmt: skip
+    if changed:
+        return f"{', '.join(changed)} changed"
+    if recorded.get("mount_points") != wanted["mount_points"]:
+        return "its mount points changed ([data] shared_data)"
+    if recorded.get("framework") != wanted["framework"]:
+        return "its framework changed"
+    return "the way images are built changed (deploy/images.py, deploy/kernels.py)"
+
+
 def as_user(user, argv, home=None):
     """``argv`` run as ``user`` by root, with a clean environment of its own
     (ch-run passes the caller's environment into the container; it needs $USER).
@@ -198,27 +268,60 @@ def copy_into(root, path):
     run(["cp", "-a", str(path), str(target)])
 
 
-def cmd_build(settings, *args):
-    parser = argparse.ArgumentParser(prog="deploy.images build")
-    parser.add_argument("name", type=valid_name)
-    parser.add_argument("--framework", required=True)
-    parser.add_argument("--dest", default=DEST)
-    parser.add_argument("--mirror", help="the Debian mirror (default: this host's apt's)")
-    opts = parser.parse_args(args)
-    jupyter_env, framework_env = session_envs(settings, opts.framework)
-    for env in (jupyter_env, framework_env):
+def need_tools():
+    for tool, package in (("mmdebstrap", "mmdebstrap"), ("ch-run", "charliecloud-runtime")):
+        if not shutil.which(tool):
+            raise DeployError(f"no {tool}: install {package} (deploy/packages.sh)")
+
+
+def remove_tree(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def wanted_source(settings, framework):
+    """What an image of ``framework`` built now would be built from."""
+    envs = session_envs(settings, framework)
+    for env in envs:
         if not (env / "bin" / "python").exists():
             raise DeployError(f"no {env}: run deploy/envs.sh first")
-    os.umask(0o022)
-    dest = Path(opts.dest)
-    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
-    final, work = dest / opts.name, dest / f".{opts.name}.new"
-    if work.exists():
-        shutil.rmtree(work)
+    kernels = hashlib.sha256((DEPLOY_DIR / "kernels.py").read_bytes()).hexdigest()
+    stamps = {env: built_from(env) for env in envs}
+    return image_source(framework, stamps, mount_points(settings), kernels)
+
+
+def recorded_source(image):
+    """The record of what ``image`` was built from; None without one."""
+    try:
+        return json.loads((image / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def debian_base(root, sources):
+    log(f"debootstrapping {SUITE} from {', '.join(sources)} into {root}")
+    run(mmdebstrap_argv(root, sources))
+
+
+def size_of(path):
+    du = subprocess.run(["du", "-sh", str(path)], capture_output=True, text=True)
+    return du.stdout.split()[0] if du.returncode == 0 and du.stdout else "?"
+
+
+def build_image(settings, dest, name, framework, sources, base=None):
+    """DEST/NAME built (from a copy of the Debian root ``base`` when given),
+    checked, and put in place; the seconds it took."""
+    source = wanted_source(settings, framework)
+    jupyter_env, framework_env = session_envs(settings, framework)
     began = time.monotonic()
-    sources = [opts.mirror] if opts.mirror else host_sources()
-    log(f"debootstrapping {SUITE} from {', '.join(sources)} into {work}")
-    run(mmdebstrap_argv(work, sources))
+    final, work = dest / name, dest / f".{name}.new"
+    remove_tree(work)
+    if base:
+        run(["cp", "-a", "--reflink=auto", str(base), str(work)])
+    else:
+        debian_base(work, sources)
     for env in (jupyter_env, framework_env):
         log(f"copying {env}")
         copy_into(work, env)
@@ -230,17 +333,94 @@ def cmd_build(settings, *args):
     run(ch_run_argv(work, kernels, write=True, binds=[f"{REPO_DIR}:/mnt"]),
         env={**os.environ, "USER": "root"})  # fmt: skip
     built = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    (work / INFO_FILE).write_text(image_info(opts.name, opts.framework, built))
+    (work / INFO_FILE).write_text(image_info(name, framework, built))
+    (work / SOURCE_FILE).write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
     for point in mount_points(settings):
         (work / point.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
     work.chmod(0o755)
-    old = dest / f".{opts.name}.old"
+    result = check_image(settings, str(work), CHECK_USER, framework)
+    if not result.ok:
+        raise DeployError(f"{result.message} (checked as {CHECK_USER}; left for a look: "
+                          f"{work})")  # fmt: skip
+    old = dest / f".{name}.old"
+    remove_tree(old)
     if final.exists():
         final.rename(old)
     work.rename(final)
-    if old.exists():
-        shutil.rmtree(old)
-    log(f"built {final} in {time.monotonic() - began:.0f} s")
+    remove_tree(old)
+    seconds = time.monotonic() - began
+    log(f"built {final} in {seconds:.0f} s, {size_of(final)}: {result.message.split(': ', 1)[-1]}")
+    return seconds
+
+
+def images_dir(settings, dest=None):
+    """The images folder, made world-readable (ch-run runs an image as its user)."""
+    dest = Path(dest or settings["containers"]["images"])
+    os.umask(0o022)
+    dest.mkdir(mode=0o755, parents=True, exist_ok=True)
+    dest.chmod(0o755)
+    return dest
+
+
+def cmd_build(settings, *args):
+    parser = argparse.ArgumentParser(prog="deploy.images build")
+    parser.add_argument("name", type=valid_name)
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--dest", help="the images folder (default: [containers] images)")
+    parser.add_argument("--mirror", help="the Debian mirror (default: this host's apt's)")
+    opts = parser.parse_args(args)
+    need_tools()
+    wanted_source(settings, opts.framework)  # the environments are there
+    sources = [opts.mirror] if opts.mirror else host_sources()
+    build_image(settings, images_dir(settings, opts.dest), opts.name, opts.framework, sources)
+
+
+def cmd_ensure(settings, *args):
+    """Each image of [containers] build that is missing or stale, built."""
+    parser = argparse.ArgumentParser(prog="deploy.images ensure")
+    parser.add_argument("--dest", help="the images folder (default: [containers] images)")
+    opts = parser.parse_args(args)
+    names, runtime = settings["containers"]["build"], settings["containers"]["runtime"]
+    if not names:
+        return
+    if runtime != "charliecloud":
+        log(f"[containers] runtime is {runtime}: the images built here are Charliecloud's; "
+            "none built ([containers] build)")  # fmt: skip
+        return
+    dest = images_dir(settings, opts.dest)
+    todo = []
+    for name in map(valid_name, names):
+        try:
+            wanted = wanted_source(settings, name)
+        except DeployError as e:
+            raise DeployError(f"[containers] build names {name}: {e}") from None
+        image = dest / name
+        if not image.is_dir():
+            reason = "it is missing"
+        elif not (image / INFO_FILE).is_file():
+            log(f"{image} has no /etc/portal-image: a site's own image, kept (it is not "
+                f"built while [containers] build names {name})")  # fmt: skip
+            continue
+        else:
+            reason = rebuild_reason(recorded_source(image), wanted)
+        if reason:
+            todo.append((name, reason))
+    if not todo:
+        return
+    need_tools()
+    began, sources = time.monotonic(), host_sources()
+    base = dest / BASE if len(todo) > 1 else None
+    try:
+        if base:
+            remove_tree(base)
+            debian_base(base, sources)
+        for name, reason in todo:
+            log(f"building the image {name}: {reason}")
+            build_image(settings, dest, name, name, sources, base)
+    finally:
+        if base:
+            remove_tree(base)
+    log(f"{len(todo)} image(s) built in {dest} in {time.monotonic() - began:.0f} s")
 
 
 def cmd_check(settings, *args):
@@ -266,8 +446,9 @@ def check_image(settings, image, user, framework=None):
     return run_check(image, steps, argv_prefix=as_user(user, []), env=env)
 
 
-main = main_of({"build": cmd_build, "check": cmd_check}, log,
-               usage="build NAME --framework F [--dest DIR] | check IMAGE --user U")  # fmt: skip
+main = main_of({"ensure": cmd_ensure, "build": cmd_build, "check": cmd_check}, log,
+               usage="ensure [--dest DIR] | build NAME --framework F [--dest DIR] "
+                     "| check IMAGE --user U")  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(main())

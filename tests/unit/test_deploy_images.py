@@ -1,14 +1,22 @@
-"""Container images (deploy/images.py): the commands it runs, and what its
-check of an image tells the admin. No image is built here."""
+"""Container images (deploy/images.py): the commands it runs, what its
+check of an image tells the admin, and when ``ensure`` builds an image
+again. No image is built here."""
+
+import json
 
 import pytest
 
 from deploy.base import DeployError
+from deploy.envs_setup import built_from
 from deploy.images import (
+    SOURCE_FILE,
     as_user,
     debian_sources,
+    image_source,
     mmdebstrap_argv,
     mount_points,
+    rebuild_reason,
+    recorded_source,
     session_envs,
     valid_name,
 )
@@ -94,3 +102,65 @@ def test_ch_run_writes_only_when_asked():
         "ch-run", "-w", "-b", "/r:/mnt",
     ]  # fmt: skip
     assert as_user("bob", ["id"], home="/u/bob")[-1] == "id"
+
+
+def stamps(pytorch="eb97 ", jupyter_package="027a"):
+    return {
+        "/opt/portal/envs/jupyter": {".portal-stamp": "63ba ", ".portal-package": jupyter_package},
+        "/opt/portal/envs/pytorch": {".portal-stamp": pytorch, ".portal-build": "cpu"},
+    }
+
+
+BUILT = image_source("pytorch", stamps(), ["/home", "/srv/portal/datasets"], "k1")
+
+
+def test_an_image_built_from_the_same_environments_is_up_to_date():
+    wanted = image_source("pytorch", stamps(), ["/home", "/srv/portal/datasets"], "k1")
+    assert rebuild_reason(json.loads(json.dumps(BUILT)), wanted) == ""
+
+
+@pytest.mark.parametrize(
+    "wanted, reason",
+    [
+        (image_source("pytorch", stamps(pytorch="ffff "), ["/home", "/srv/portal/datasets"], "k1"),
+         "/opt/portal/envs/pytorch changed"),
+        (image_source("pytorch", stamps(jupyter_package="new"), ["/home", "/srv/portal/datasets"],
+                      "k1"),
+         "/opt/portal/envs/jupyter changed"),
+        (image_source("pytorch", stamps(), ["/home", "/data"], "k1"), "mount points changed"),
+        (image_source("pytorch", stamps(), ["/home", "/srv/portal/datasets"], "k2"),
+         "the way images are built changed"),
+    ],
+)  # fmt: skip
+def test_a_changed_environment_mount_point_or_recipe_rebuilds_it_saying_why(wanted, reason):
+    assert reason in rebuild_reason(BUILT, wanted)
+
+
+def test_a_framework_rebuilt_for_cuda_or_a_new_recipe_rebuilds_it():
+    cuda = stamps()
+    cuda["/opt/portal/envs/pytorch"][".portal-build"] = "cuda"
+    assert rebuild_reason(BUILT, image_source("pytorch", cuda, BUILT["mount_points"], "k1"))
+    assert rebuild_reason({**BUILT, "recipe": 0}, BUILT)
+
+
+def test_an_image_without_a_record_or_with_a_broken_one_is_rebuilt():
+    assert rebuild_reason(None, BUILT) == "it has no record of what it was built from"
+    assert rebuild_reason([], BUILT)
+    assert rebuild_reason({}, BUILT) == "/opt/portal/envs/jupyter, /opt/portal/envs/pytorch changed"
+
+
+def test_the_record_is_read_from_the_image(tmp_path):
+    assert recorded_source(tmp_path) is None
+    (tmp_path / "etc").mkdir()
+    (tmp_path / SOURCE_FILE).write_text("{not json")
+    assert recorded_source(tmp_path) is None
+    (tmp_path / SOURCE_FILE).write_text(json.dumps(BUILT))
+    assert recorded_source(tmp_path) == BUILT
+
+
+def test_an_environments_record_is_its_stamp_files(tmp_path):
+    (tmp_path / ".portal-stamp").write_text("abc \n")
+    (tmp_path / ".portal-build").write_text("cuda\n")
+    (tmp_path / "other").write_text("x")
+    assert built_from(tmp_path) == {".portal-stamp": "abc ", ".portal-build": "cuda"}
+    assert built_from(tmp_path / "missing") == {}
