@@ -5,7 +5,8 @@ every job and the portal's processes (the hubs, their services and proxies
 as the service accounts, ``make down``); this module then removes what
 ``make up`` and the tests made: the hubs' state, the service accounts
 (portal, portal-proxy), the sudoers rules, the extension helper and the
-hubs' registrations with it, the certificates and the local CA, and, for
+hubs' registrations with it, the certificates and the local CA, the
+container images that deploy/images.py built ([containers] images), and, for
 the embedded cluster ([cluster] embedded), the LDAP directory with the demo
 and test accounts and their homes, Slurm's state and configuration, the
 accounting database (MariaDB's data), the munge key, the nodes (network
@@ -27,6 +28,7 @@ from pathlib import Path
 from deploy import data_setup, nsswitch, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
+from portal.helper.imagecheck import INFO_FILE
 
 log = logger("purge")
 
@@ -67,6 +69,16 @@ def people(slapcat):
 
 def under(home, home_root):
     return home.startswith(f"{home_root}/")
+
+
+def state_removed(state_root, images):
+    """What goes of the hubs' state root: all of it, but the way to the
+    images folder when that is in it and still there (a site's own images,
+    which purge_images kept)."""
+    if not images.is_dir() or not images.is_relative_to(state_root) or images == state_root:
+        return [state_root]
+    kept = state_root / images.relative_to(state_root).parts[0]
+    return [path for path in state_root.iterdir() if path != kept]
 
 
 # ---------------------------------------------------------------- removals
@@ -168,9 +180,28 @@ def purge_tls(settings):
     log("removed the local CA and the portal's certificate")
 
 
+def purge_images(settings):
+    """The container images deploy/images.py built (those with an
+    /etc/portal-image), its unfinished ones and its Debian base (``.NAME``);
+    the folder itself when a site's images are not in it."""
+    dest = Path(settings["containers"]["images"])
+    if not dest.is_dir() or dest.is_symlink():
+        return
+    ours = [Path(e.path) for e in os.scandir(dest) if e.name.startswith(".") or (
+            e.is_dir(follow_symlinks=False) and Path(e.path, INFO_FILE).is_file())]  # fmt: skip
+    remove(*ours)
+    rmdir(dest)
+    built = sorted(p.name for p in ours if not p.name.startswith("."))
+    if built:
+        log(f"removed the images {', '.join(built)} from {dest}")
+    if dest.is_dir():
+        log(f"kept {dest}: a site's own images are in it")
+
+
 def purge_portal(settings):
     state_root = Path(settings["hub"]["state_dir"]).parent  # every hub's state
-    remove(state_root, "/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
+    remove(*state_removed(state_root, Path(settings["containers"]["images"])))
+    remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
     helper = extend_helper()
     remove(helper["REGISTRY"], helper["INSTALLED_AT"])
     rmdir(Path(helper["INSTALLED_AT"]).parent, Path(helper["REGISTRY"]).parent)
@@ -188,6 +219,7 @@ def cmd_files(settings):
     if settings["cluster"]["embedded"]:
         purge_cluster(settings)
     purge_tls(settings)
+    purge_images(settings)
     purge_portal(settings)
 
 

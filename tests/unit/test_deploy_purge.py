@@ -1,7 +1,10 @@
 """What ``make purge`` removes (deploy/purge.py): only the people of the
-portal's directory, and only the Slurm files that deploy/slurm.sh wrote."""
+portal's directory, only the Slurm files that deploy/slurm.sh wrote, and
+only the container images that deploy/images.py built."""
 
-from deploy.purge import people, under
+import os
+
+from deploy.purge import people, purge_images, state_removed, under
 from deploy.slurm_conf import MARKER, ours
 
 SLAPCAT = """dn: uid=alice,ou=people,dc=portal,dc=example
@@ -54,3 +57,37 @@ def test_a_sites_own_slurm_conf_is_kept():
     assert ours(f"{MARKER}\nClusterName=portal\n")
     assert not ours("ClusterName=site\n")
     assert not ours(f"# copied from: {MARKER}\n")
+
+
+def image(folder, built_here=True):
+    (folder / "etc").mkdir(parents=True)
+    (folder / "usr").mkdir()
+    if built_here:
+        (folder / "etc" / "portal-image").write_text("NAME=x\n")
+
+
+def test_the_images_built_here_go_and_a_sites_own_stay(tmp_path):
+    images = tmp_path / "images"
+    image(images / "pytorch")
+    image(images / ".tensorflow.new")
+    image(images / "ngc-pytorch", built_here=False)
+    (images / ".debian-base").mkdir()
+    purge_images({"containers": {"images": str(images)}})
+    assert sorted(os.listdir(images)) == ["ngc-pytorch"]
+    (images / "ngc-pytorch" / "etc").rmdir()
+    (images / "ngc-pytorch" / "usr").rmdir()
+    (images / "ngc-pytorch").rmdir()
+    image(images / "tensorflow")
+    purge_images({"containers": {"images": str(images)}})
+    assert not images.exists()
+    purge_images({"containers": {"images": str(images)}})  # nothing there: nothing to do
+
+
+def test_the_state_root_goes_whole_unless_a_sites_images_are_in_it(tmp_path):
+    root = tmp_path / "portal"
+    (root / "hub").mkdir(parents=True)
+    (root / "accounts.json").write_text("{}")
+    assert state_removed(root, root / "images") == [root]
+    (root / "images" / "ngc").mkdir(parents=True)
+    assert sorted(state_removed(root, root / "images")) == [root / "accounts.json", root / "hub"]
+    assert state_removed(root, tmp_path / "elsewhere") == [root]
