@@ -10,9 +10,12 @@ Least privilege: hub.sh runs as root only to prepare. The hub (and the
 admin service it starts) runs as [hub] user, the proxy as [hub] proxy_user,
 both system accounts, each with an explicit environment (nothing of the
 caller's). The hub's elevated actions are the sudoers rules written here:
-sbatch and scancel as members of the portal's groups, never root; and, as
-root, the helper portal-extend (installed here, root's), which lengthens a
-running session after checking it again (portal/helper/extend.py). The hub
+sbatch and scancel as members of the portal's groups, never root; the
+helper portal-image-check (installed here, root's), which checks a user's
+own container image as that user, never root (portal/helper/imagecheck.py);
+and, as root, the helper portal-extend (installed here, root's), which
+lengthens a running session after checking it again
+(portal/helper/extend.py). The hub
 holds no Slurm admin level (deploy/slurm.sh). The proxy's token is made
 anew whenever the proxy starts (so at every ``make up``), in a file only the
 hub's account reads; the proxy alone gets it, in its environment.
@@ -55,6 +58,7 @@ from deploy.base import (
     write_if_changed,
 )
 from portal import settings as site_settings
+from portal.helper import imagecheck
 from portal.settings import portal_groups
 
 log = logger("hub")
@@ -62,6 +66,7 @@ log = logger("hub")
 SUDOERS = Path("/etc/sudoers.d/portal")
 SLURM_BIN = "/usr/bin"
 EXTEND_SOURCE = REPO_DIR / "portal" / "helper" / "extend.py"
+IMAGE_CHECK_SOURCE = REPO_DIR / "portal" / "helper" / "imagecheck.py"
 TEMPLATES_SOURCE = REPO_DIR / "notebook_templates"
 # What the proxy copies from the hub's internal-ssl store.
 PROXY_KEYS = ("proxy-api", "proxy-client")
@@ -115,17 +120,19 @@ def is_https(settings):
     return settings["hub"]["bind_url"].startswith("https://")
 
 
-def sudoers(settings, helper_path, helper_args):
+def sudoers(settings, helper_path, helper_args, image_check=imagecheck.INSTALLED_AT):
     """The sudoers rules of the hub's account, no password, with a reset
-    environment: exactly Slurm's sbatch and scancel, as members of the
-    portal's groups only (never root); and the helper, as root, with three
-    whole numbers as its arguments (a POSIX regular expression, sudo 1.9.10
-    or later). sudo's match is a first filter only: the helper checks its
-    arguments and the job itself again."""
+    environment: exactly Slurm's sbatch and scancel, and the image check
+    ``image_check`` (any arguments: it runs with the user's rights alone),
+    as members of the portal's groups only (never root); and the extend
+    helper, as root, with three whole numbers as its arguments (a POSIX
+    regular expression, sudo 1.9.10 or later). sudo's match is a first
+    filter only: the helper checks its arguments and the job itself again."""
     return render(
         "sudoers",
         runas="".join(f"%{group}, " for group in portal_groups(settings)),
         slurm_bin=SLURM_BIN,
+        image_check=image_check,
         helper=helper_path,
         helper_args=helper_args,
         hub_user=settings["hub"]["user"],
@@ -236,19 +243,19 @@ def install_templates(settings):
     log(f"notebook templates installed in {dest}")
 
 
-def install_extend_helper(helper):
-    """A copy of portal/helper/extend.py, root's and 0755, in a folder of
-    root's. What sudo runs as root must be writable by root alone, however
-    writable the repository is; the helper runs under ``/usr/bin/python3
-    -I`` and imports the standard library only."""
-    path = Path(helper["INSTALLED_AT"])
+def install_helper(source, installed_at):
+    """A copy of ``source`` (portal/helper/extend.py, imagecheck.py), root's
+    and 0755, in a folder of root's. What sudo runs must be writable by root
+    alone, however writable the repository is; the helpers run under
+    ``/usr/bin/python3 -I`` and import the standard library only."""
+    path = Path(installed_at)
     make_dir(path.parent, 0o755, "root")
     if path.is_file() and not path.is_symlink():
         st = path.stat()
         if st.st_uid == 0 and st.st_mode & 0o7777 == 0o755:
-            if path.read_bytes() == EXTEND_SOURCE.read_bytes():
+            if path.read_bytes() == source.read_bytes():
                 return
-    run(["install", "-m", "0755", "-o", "root", "-g", "root", str(EXTEND_SOURCE), f"{path}.tmp"])
+    run(["install", "-m", "0755", "-o", "root", "-g", "root", str(source), f"{path}.tmp"])
     os.replace(f"{path}.tmp", path)
     log(f"installed {path}")
 
@@ -300,7 +307,8 @@ def cmd_prepare(settings):
     helper = extend_helper()
     local_names(settings)
     install_templates(settings)
-    install_extend_helper(helper)
+    install_helper(EXTEND_SOURCE, helper["INSTALLED_AT"])
+    install_helper(IMAGE_CHECK_SOURCE, imagecheck.INSTALLED_AT)
     register_hub(settings, helper)
     install_sudoers(settings, helper)
     check_readable(layout)

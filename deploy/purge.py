@@ -5,13 +5,14 @@ every job and the portal's processes (the hubs, their services and proxies
 as the service accounts, ``make down``); this module then removes what
 ``make up`` and the tests made: the hubs' state, the service accounts
 (portal, portal-proxy), the sudoers rules, the extension helper and the
-hubs' registrations with it, the certificates and the local CA, the
-container images that deploy/images.py built ([containers] images), and, for
-the embedded cluster ([cluster] embedded), the LDAP directory with the demo
-and test accounts and their homes, Slurm's state and configuration, the
-accounting database (MariaDB's data), the munge key, the nodes (network
-namespaces, /etc/hosts lines, GPU device files, Slurm's cgroups) and the
-demo data sets' copies in the shared data folder. It keeps the installed
+hubs' registrations with it, the image check helper, the certificates and
+the local CA, the container images that deploy/images.py built
+([containers] images), and, for the embedded cluster ([cluster] embedded),
+the LDAP directory with the demo and test accounts and their homes,
+Slurm's state and configuration, the accounting database (MariaDB's data),
+the munge key, the nodes (network namespaces, /etc/hosts lines, GPU device
+files, Slurm's cgroups) and the demo data sets' copies in the shared data
+folder. It keeps the installed
 Debian packages and the Python environments under [envs] prefix (rebuilt
 only when their lists change). A site's own files (a slurm.conf, a
 certificate or data that the portal did not make) are never removed.
@@ -28,7 +29,7 @@ from pathlib import Path
 from deploy import data_setup, nsswitch, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
-from portal.helper.imagecheck import INFO_FILE
+from portal.helper import imagecheck
 
 log = logger("purge")
 
@@ -187,8 +188,14 @@ def purge_images(settings):
     dest = Path(settings["containers"]["images"])
     if not dest.is_dir() or dest.is_symlink():
         return
-    ours = [Path(e.path) for e in os.scandir(dest) if e.name.startswith(".") or (
-            e.is_dir(follow_symlinks=False) and Path(e.path, INFO_FILE).is_file())]  # fmt: skip
+
+    def built_here(entry):
+        if entry.name.startswith("."):  # unfinished, or the Debian base
+            return True
+        info = Path(entry.path, imagecheck.INFO_FILE)
+        return entry.is_dir(follow_symlinks=False) and info.is_file()
+
+    ours = [Path(e.path) for e in os.scandir(dest) if built_here(e)]
     remove(*ours)
     rmdir(dest)
     built = sorted(p.name for p in ours if not p.name.startswith("."))
@@ -203,7 +210,7 @@ def purge_portal(settings):
     remove(*state_removed(state_root, Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
     helper = extend_helper()
-    remove(helper["REGISTRY"], helper["INSTALLED_AT"])
+    remove(helper["REGISTRY"], helper["INSTALLED_AT"], imagecheck.INSTALLED_AT)
     rmdir(Path(helper["INSTALLED_AT"]).parent, Path(helper["REGISTRY"]).parent)
     for user in (settings["hub"]["user"], settings["hub"]["proxy_user"]):
         if subprocess.run(["id", "-u", user], capture_output=True).returncode:

@@ -1,13 +1,27 @@
-"""What deploy/hub.sh installs before the hub starts, and the proxy's
-command line (deploy/hub_setup.py), without starting anything."""
+"""What deploy/hub.sh installs before the hub starts (the sudoers rules, the
+helpers), and the proxy's command line (deploy/hub_setup.py), without
+starting anything."""
 
 import json
+import os
+import shutil
+import stat
 import subprocess
 
 import pytest
 
 from deploy.base import DeployError
-from deploy.hub_setup import Layout, extend_helper, proxy_args, registration, shell_lines, sudoers
+from deploy.hub_setup import (
+    IMAGE_CHECK_SOURCE,
+    Layout,
+    extend_helper,
+    install_helper,
+    proxy_args,
+    registration,
+    shell_lines,
+    sudoers,
+)
+from portal.helper.imagecheck import INSTALLED_AT as IMAGE_CHECK_INSTALLED_AT
 from portal.settings import defaults, merge
 
 SETTINGS = defaults()
@@ -22,12 +36,51 @@ def test_sudoers_lets_the_hub_run_slurm_as_portal_users_and_the_helper_as_root()
     assert (
         "Cmnd_Alias PORTAL_EXTEND = /usr/local/libexec/portal/portal-extend ^[0-9]{1,10}$" in lines
     )
+    assert "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check" in lines
     assert lines[-3:] == [
         "Defaults:portal env_reset, !setenv, !lecture",
-        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM",
+        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK",
         "portal ALL = (root) NOPASSWD: PORTAL_EXTEND",
     ]
     assert text.endswith("\n")
+
+
+def test_the_image_check_runs_as_the_portals_users_only_never_as_root():
+    lines = sudoers(SETTINGS, HELPER["INSTALLED_AT"], HELPER["SUDOERS_ARGS"]).splitlines()
+    rules = [line for line in lines if not line.startswith(("#", "Defaults", "Runas_Alias"))]
+    naming = [line for line in rules if "PORTAL_IMAGE_CHECK" in line or "image-check" in line]
+    assert naming == [
+        "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check",
+        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK",
+    ]
+    assert "!root" in lines[[line.startswith("Runas_Alias") for line in lines].index(True)]
+    assert IMAGE_CHECK_INSTALLED_AT == "/usr/local/libexec/portal/portal-image-check"
+
+
+@pytest.mark.skipif(not shutil.which("visudo"), reason="no visudo here")
+def test_visudo_accepts_the_rules(tmp_path):
+    site = merge(SETTINGS, {"ldap": {"allowed_groups": ["cn=ml,ou=groups,dc=x", "data-team"]}})
+    rules = tmp_path / "portal"
+    rules.write_text(sudoers(site, HELPER["INSTALLED_AT"], HELPER["SUDOERS_ARGS"]))
+    rules.chmod(0o440)
+    check = subprocess.run(["visudo", "-c", "-q", "-f", str(rules)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="installs a root-owned file")
+def test_a_helper_is_installed_as_roots_0755_copy_replacing_anything_else(tmp_path):
+    path = tmp_path / "libexec" / "portal-image-check"
+    path.parent.mkdir()
+    path.symlink_to(tmp_path / "elsewhere")
+    install_helper(IMAGE_CHECK_SOURCE, path)
+    assert not path.is_symlink() and not (tmp_path / "elsewhere").exists()
+    assert path.read_bytes() == IMAGE_CHECK_SOURCE.read_bytes()
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o755)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    path.chmod(0o777)
+    install_helper(IMAGE_CHECK_SOURCE, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
 
 
 def test_sudoers_follows_the_hub_account_and_groups():
