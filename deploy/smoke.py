@@ -14,6 +14,15 @@ real cores). As each ends, one line::
     pytorch: test_accuracy=0.8712 images_per_sec=2094.3 device=cpu seconds=47.1
     benchmark: images_per_sec_fp32=8.1 images_per_sec_mixed=0.7 device=cpu seconds=30.2
     distributed: test_accuracy=0.866 images_per_sec=5542.7 device=cpu seconds=38.4 ranks=2 nodes=2
+    container: image=pytorch test_accuracy=0.8714 images_per_sec=3648.7 seconds=21.9
+
+``container`` runs a template in a container image, as a session in it runs:
+the template of the image's framework (its /etc/portal-image says which;
+``pytorch`` for the pytorch image), in a job like the others, through
+``ch-run`` with /home and the shared data bound (the image's mount points,
+deploy/images.py) and the job's environment passed through. The image is
+the first of ``[containers] build`` (in ``[containers] images``), or
+``--image NAME``; ``--image ''`` leaves it out.
 
 The exit status is 1 when any template failed; each failure says why and where
 its output notebook and job log are (those folders are kept; the others are
@@ -43,7 +52,9 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_DIR))
 
 from portal import settings as portal_settings  # noqa: E402
+from portal.core.containers import Binds, Charliecloud, checked_path  # noqa: E402
 from portal.core.slice import make_slice  # noqa: E402
+from portal.helper.imagecheck import ImageError, read_info, site_image  # noqa: E402
 from portal.slurm import commands as slurm  # noqa: E402
 
 JOB_NAME = "portal-smoke"
@@ -55,6 +66,10 @@ PARAMETERS = {"benchmark": {"steps": 2, "warmup_steps": 1, "batch_size": 4, "ima
 DEFAULT_PARAMETERS = {"epochs": 1}
 # Templates that train on several nodes, and on how many: one rank per GPU.
 MULTI_NODE = {"distributed": 2}
+CONTAINER = "container"  # the run of a template in a container image
+# What the container binds of the host: homes (the scratch folder is in one)
+# and the shared data, where deploy/images.py makes their mount points.
+CONTAINER_BINDS = ("/home",)
 # What the templates print (see notebook_templates/).
 TEST_ACCURACY = re.compile(r"^Test Accuracy ([0-9.]+)$", re.M)
 IMAGES_PER_SEC = re.compile(r"^images/sec: ([0-9.]+) on (.+)$", re.M)
@@ -74,6 +89,8 @@ class Run:
     job_slice: object = None  # the job's resources (portal.core.slice.Slice)
     ranks: int = 0  # of a multi-node template: the ranks and nodes it must run on
     nodes: int = 0
+    image: str = ""  # the container image it runs in, and that image's name
+    image_name: str = ""
     job_id: str = ""
     figures: dict = field(default_factory=dict)
     seconds: float | None = None
@@ -93,7 +110,11 @@ class Run:
         return self.folder / "exit-status"
 
     def line(self):
-        words = [f"{k}={shlex.quote(str(v))}" for k, v in self.figures.items()]
+        figures = dict(self.figures)
+        if self.image_name:
+            figures = {"image": self.image_name, **figures}
+            figures.pop("device", None)
+        words = [f"{k}={shlex.quote(str(v))}" for k, v in figures.items()]
         if self.seconds is not None:
             words.append(f"seconds={self.seconds:.1f}")
         words += [f"{k}={v}" for k, v in self.placement.items()]
@@ -136,8 +157,28 @@ def partition_nodes(partition):
     return sum(node.available for node in found.nodes) if found else 0
 
 
-def job_script(run, papermill, jupyter_data):
-    """The batch script: papermill on the copy, its exit status in a file."""
+def container_run(images_dir, name, templates, folder, job_slice):
+    """The run of ``templates``' template of the image ``name``'s framework
+    in that image; None when there is no such template (a message says so)."""
+    try:
+        image = site_image(images_dir, name)
+    except ImageError as e:
+        raise SystemExit(f"smoke: --image: {e}") from None
+    framework = read_info(image).get("FRAMEWORK", name)
+    notebooks = sorted(Path(templates, framework).glob("*.ipynb"))
+    if not notebooks:
+        print(f"smoke: {CONTAINER}: no template {framework} in {templates}: not run", flush=True)
+        return None
+    run = Run(CONTAINER, notebooks[0], folder, kernel_of(notebooks[0]), DEFAULT_PARAMETERS,
+              job_slice, image=image, image_name=name)  # fmt: skip
+    if not os.path.isdir(image):
+        run.error = f"no image {image} (make up builds those of [containers] build)"
+    return run
+
+
+def job_script(run, papermill, jupyter_data, binds=()):
+    """The batch script: papermill on the copy, its exit status in a file;
+    in ``run.image`` with the host's folders ``binds`` bound, if it has one."""
     argv = [
         papermill,
         "--kernel",
@@ -150,6 +191,9 @@ def job_script(run, papermill, jupyter_data):
     for key, value in run.parameters.items():
         argv += ["-p", key, str(value)]
     argv += [str(run.folder / run.notebook.name), str(run.output)]
+    if run.image:  # the job's environment (JUPYTER_PATH too) goes in with it
+        pairs = tuple((checked_path(b, "a folder it binds"),) * 2 for b in binds)
+        argv = Charliecloud().exec_argv(run.image, argv, Binds(pairs))
     return "\n".join(
         [
             "#!/bin/bash",
@@ -286,7 +330,16 @@ def parse_args(argv):
         "--user", default="alice", help="demo user whose jobs run the templates (alice)"
     )
     parser.add_argument(
-        "--only", nargs="+", default=(), metavar="NAME", help="these template folders only"
+        "--only",
+        nargs="+",
+        default=(),
+        metavar="NAME",
+        help=f"these template folders only ({CONTAINER}: the container run)",
+    )
+    parser.add_argument(
+        "--image",
+        help="the container image of the container run, a folder of [containers] images "
+        "(default: the first of [containers] build; '': none)",
     )
     parser.add_argument(
         "--templates",
@@ -381,17 +434,30 @@ def main(argv=None):
     templates = Path(args.templates or default_templates(envs))
     out = Path(args.out or Path(home, "portal-smoke", datetime.now().strftime("%Y%m%d-%H%M%S")))
 
-    runs = [
-        Run(
-            name,
-            notebook,
-            out / name,
-            kernel_of(notebook),
-            PARAMETERS.get(name, DEFAULT_PARAMETERS),
-            job_slice,
-        )
-        for name, notebook in find_templates(templates, args.only).items()
-    ]
+    only = [name for name in args.only if name != CONTAINER]
+    runs = []
+    if only or not args.only:
+        runs = [
+            Run(
+                name,
+                notebook,
+                out / name,
+                kernel_of(notebook),
+                PARAMETERS.get(name, DEFAULT_PARAMETERS),
+                job_slice,
+            )
+            for name, notebook in find_templates(templates, only).items()
+        ]
+    containers = settings["containers"]
+    image = containers["build"][0] if args.image is None and containers["build"] else args.image
+    if image and (not args.only or CONTAINER in args.only):
+        run = container_run(containers["images"], image, templates, out / CONTAINER, job_slice)
+        runs += [run] if run else []
+    elif CONTAINER in args.only:
+        raise SystemExit("smoke: no container image: [containers] build is empty; name one "
+                         "with --image")  # fmt: skip
+    shared_data = settings["data"]["shared_data"]
+    binds = [*CONTAINER_BINDS, *([shared_data] if shared_data else [])]
     at_once = args.jobs or (1 if settings["cluster"]["embedded"] else len(runs))
     print(
         f"smoke: {len(runs)} template(s) of {templates} as {args.user} in {out}, "
@@ -424,12 +490,14 @@ def main(argv=None):
         )
 
     def submit_one(run):
+        if run.error:  # found before it ran (no image)
+            return
         try:
             prepare(run, args.user)
         except (OSError, subprocess.CalledProcessError) as e:
             run.error = f"cannot make the scratch folder {run.folder}: {e}"
             return
-        submit(run, args.user, job_script(run, papermill, jupyter_data))
+        submit(run, args.user, job_script(run, papermill, jupyter_data, binds))
         if run.job_id:
             print(f"smoke: {run.name} is job {run.job_id}", flush=True)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from portal import settings as portal_settings
 from tests.support import REPO
 from tests.support.jobs import partition_nodes
 
@@ -30,6 +31,9 @@ SMOKE = REPO / "deploy" / "smoke.py"
 USER = "alice"
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
 TEMPLATES = [*FRAMEWORKS, "benchmark", "distributed"]
+# The container run: the first image of [containers] build (make test built it).
+IMAGES = portal_settings.load()["containers"]["build"]
+RUNS = [*TEMPLATES, *(["container"] if IMAGES else [])]
 PARTITION = "gpu"
 TAGS = {"train/loss", "train/accuracy", "train/images_per_sec", "test/accuracy"}
 EVENTS_PYTHON = "/opt/portal/envs/pytorch/bin/python"
@@ -103,7 +107,7 @@ def smoke(cluster):
             "--out", str(out_dir), "--keep",
         )  # fmt: skip
         jobs = submitted_jobs(out)
-        assert len(jobs) == len(TEMPLATES), out + err
+        assert len(jobs) == len(RUNS), out + err
         assert not still_queued(jobs), "smoke jobs outlived the smoke run"
         yield {"rc": rc, "out": out, "err": err, "dir": out_dir, "results": result_lines(out)}
     finally:
@@ -139,8 +143,8 @@ def has_image(notebook):
 
 def test_every_template_passes_as_a_job_of_the_demo_user(smoke):
     assert smoke["rc"] == 0, f"{smoke['out']}\n{smoke['err']}"
-    assert set(smoke["results"]) == set(TEMPLATES), smoke["out"]
-    for name in TEMPLATES:
+    assert set(smoke["results"]) == set(RUNS), smoke["out"]
+    for name in RUNS:
         folder = smoke["dir"] / name
         # made by alice's job: the output is hers, and the job had a GPU slice
         assert folder.joinpath("output.ipynb").stat().st_uid == pwd.getpwnam(USER).pw_uid
@@ -175,6 +179,19 @@ def test_framework_template_trains_logs_and_plots(smoke, framework):
     assert TAGS <= set(scalars), f"TensorBoard reads {sorted(scalars)} in {runs[0]}"
     assert scalars["test/accuracy"] == pytest.approx(float(result["test_accuracy"]), abs=1e-4)
     assert scalars["train/images_per_sec"] > 0
+
+
+@pytest.mark.skipif(not IMAGES, reason="[containers] build is empty: no image to run in")
+def test_the_pytorch_template_trains_in_the_first_image(smoke):
+    result = smoke["results"].get("container")
+    assert result, f"no result line for the container:\n{smoke['out']}\n{smoke['err']}"
+    assert list(result) == ["image", "test_accuracy", "images_per_sec", "seconds"]
+    assert result["image"] == IMAGES[0]
+    assert float(result["test_accuracy"]) >= 0.80
+    assert float(result["images_per_sec"]) > 0
+    notebook, text = stdout_of(smoke["dir"] / "container" / "output.ipynb")
+    assert notebook["metadata"]["kernelspec"]["name"] == IMAGES[0]
+    assert re.search(r"^images/sec: \d+\.\d on cpu$", text, re.M), text
 
 
 def test_benchmark_reports_fp32_and_mixed_throughput(smoke):
