@@ -44,7 +44,6 @@ def test_the_container_job_runs_papermill_in_the_image_with_homes_and_data_bound
         "ch-run",
         "--bind=/home:/home",
         "--bind=/srv/portal/datasets:/srv/portal/datasets",
-        "--cd=/home",
         "/var/lib/portal/images/pytorch",
     ]
     assert words[separator + 1] == PAPERMILL
