@@ -57,7 +57,13 @@ from pathlib import Path
 
 from deploy.base import DEPLOY_DIR, REPO_DIR, DeployError, logger, main_of, run
 from deploy.envs_setup import built_from
-from portal.helper.imagecheck import INFO_FILE, ch_run_argv, check_steps, run_check
+from portal.helper.imagecheck import (
+    INFO_FILE,
+    ch_run_argv,
+    check_steps,
+    mount_points,
+    run_check,
+)
 
 log = logger("images")
 
@@ -73,7 +79,6 @@ SUITE = "bookworm"
 PACKAGES = ("python3", "ca-certificates", "slurm-client")
 SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list",
            "/etc/apt/sources.list.d/*.sources")  # fmt: skip
-SLURM_BINDS = ("/etc/slurm", "/run/munge")  # squeue's configuration and munged's socket
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # ---------------------------------------------------------------- pure
@@ -160,19 +165,6 @@ def session_envs(settings, framework):
                           f"{', '.join(settings['envs']['frameworks'])}")  # fmt: skip
     prefix = Path(settings["envs"]["prefix"])
     return Path(settings["envs"]["jupyter"]), prefix / "envs" / framework
-
-
-def mount_points(settings):
-    """The image's folders that ch-run binds the host's into.
-
-    >>> mount_points({"data": {"shared_data": "/srv/portal/datasets"}})
-    ['/home', '/srv/portal/datasets', '/etc/slurm', '/run/munge']
-
-    None for GPUs: ch-run binds the host's /dev whole, its GPU devices with it
-    (a node's /dev/nvidia*, the embedded cluster's /dev/portal-gpu/NODE).
-    """
-    points = ["/home", settings["data"]["shared_data"], *SLURM_BINDS]
-    return [p for p in points if p]
 
 
 def image_info(name, framework, built):

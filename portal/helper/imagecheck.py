@@ -52,6 +52,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # shell's syntax need none of the others), no ``..``.
 PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]{0,4095}$")
 FRAMEWORK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# Where a session binds the host's Slurm client files (the image's squeue
+# reads its configuration, and reaches munged through its socket).
+SLURM_BINDS = ("/etc/slurm", "/run/munge")
 
 
 class ImageError(ValueError):
@@ -149,6 +152,48 @@ def image_stamp(image):
         except OSError:
             stamps.append("-")
     return "" if stamps[0] == "-" else ":".join(stamps)
+
+
+def mount_points(settings):
+    """The image's folders that ch-run binds the host's into: each must be
+    in the image (ch-run binds only onto a folder the image has).
+
+    >>> mount_points({"data": {"shared_data": "/srv/portal/datasets"}})
+    ['/home', '/srv/portal/datasets', '/etc/slurm', '/run/munge']
+
+    None for GPUs: ch-run binds the host's /dev whole, its GPU devices with it
+    (a node's /dev/nvidia*, the embedded cluster's /dev/portal-gpu/NODE).
+    """
+    points = ["/home", settings["data"]["shared_data"], *SLURM_BINDS]
+    return [p for p in points if p]
+
+
+def offer_problem(images_dir, image, framework, checks):
+    """``(stamp, problem)``: the site's ``image``'s stamp now, and why a
+    profile of it with the environment ``framework`` is not offered ("" when
+    it is: its latest check, ``checks[(image, framework)]``, a dict with
+    ``ok``, ``stamp`` and ``message``, passed at that stamp). The hub's offer
+    and the admin service's profiles list both ask this.
+
+    >>> offer_problem("/nowhere", "pytorch", "pytorch", {})
+    ('', "image 'pytorch' is not in /nowhere")
+    """
+    try:
+        stamp = image_stamp(site_image(images_dir, image))
+    except ImageError as e:
+        return "", str(e)
+    check = checks.get((image, framework))
+    if not stamp:
+        problem = f"image {image!r} is not in {images_dir}"
+    elif check is None:
+        problem = f"image {image!r} has not been checked with {framework!r} yet"
+    elif check["stamp"] != stamp:
+        problem = f"image {image!r} changed after its check with {framework!r}: not checked since"
+    elif not check["ok"]:
+        problem = f"the check of image {image!r} with {framework!r} failed: {check['message']}"
+    else:
+        problem = ""
+    return stamp, problem
 
 
 # Run by the image's own /usr/bin/python3: each step prints ``ok WHAT

@@ -20,6 +20,7 @@ from deploy.images import (
     session_envs,
     valid_name,
 )
+from portal.helper import imagecheck
 from portal.helper.imagecheck import ch_run_argv
 
 SETTINGS = {
@@ -83,9 +84,9 @@ def test_a_framework_outside_the_settings_is_refused_naming_the_choices():
         session_envs(SETTINGS, "mxnet")
 
 
-def test_mount_points_are_home_the_shared_data_and_slurms_client_files():
-    assert mount_points(SETTINGS) == ["/home", "/srv/portal/datasets", "/etc/slurm", "/run/munge"]
-    assert "" not in mount_points({"data": {"shared_data": ""}})
+def test_the_build_makes_the_mount_points_that_the_check_looks_for():
+    # one list (portal.helper.imagecheck): what the build makes, the check wants
+    assert mount_points is imagecheck.mount_points
 
 
 def test_the_check_runs_as_the_user_with_a_clean_environment_and_user_set():

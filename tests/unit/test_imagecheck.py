@@ -20,6 +20,8 @@ from portal.helper.imagecheck import (
     helper_argv,
     image_stamp,
     in_home,
+    mount_points,
+    offer_problem,
     plain_path,
     read_info,
     site_image,
@@ -147,3 +149,30 @@ def test_an_image_that_does_not_start_says_ch_runs_error():
 
 def test_an_interrupted_check_is_no_pass():
     assert not check_result("/img/x", 0, "ok python3 3.11.2\nok jupyter_server 2\n").ok
+
+
+def test_mount_points_are_home_the_shared_data_and_slurms_client_files():
+    settings = {"data": {"shared_data": "/srv/portal/datasets"}}
+    assert mount_points(settings) == ["/home", "/srv/portal/datasets", "/etc/slurm", "/run/munge"]
+    assert "" not in mount_points({"data": {"shared_data": ""}})
+
+
+def test_an_image_is_offered_only_after_an_ok_check_at_its_current_stamp(tmp_path):
+    (tmp_path / "pt" / "etc").mkdir(parents=True)
+    stamp = image_stamp(str(tmp_path / "pt"))
+    ok = {"ok": True, "stamp": stamp, "message": "image works"}
+    images = str(tmp_path)
+    assert offer_problem(images, "pt", "pytorch", {("pt", "pytorch"): ok}) == (stamp, "")
+    for checks, why in [
+        ({}, "image 'pt' has not been checked with 'pytorch' yet"),
+        ({("pt", "tensorflow"): ok}, "has not been checked with 'pytorch' yet"),
+        ({("pt", "pytorch"): {**ok, "stamp": "1:1"}}, "changed after its check with 'pytorch'"),
+        ({("pt", "pytorch"): {**ok, "ok": False, "message": "image x: torch: No module"}},
+         "the check of image 'pt' with 'pytorch' failed: image x: torch: No module"),
+    ]:  # fmt: skip
+        found_stamp, problem = offer_problem(images, "pt", "pytorch", checks)
+        assert found_stamp == stamp and why in problem
+    assert offer_problem(images, "gone", "pytorch", {("gone", "pytorch"): ok}) == (
+        "", f"image 'gone' is not in {images}",
+    )  # fmt: skip
+    assert "not an image name" in offer_problem(images, "../etc", "pytorch", {})[1]
