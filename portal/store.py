@@ -13,6 +13,12 @@ a newer revision raises ``Conflict`` (optimistic locking), never overwrites.
 Every extension of a running session's time limit (``portal.extend``) is a
 row of ``portal_time_extensions``: who asked, whose job, the limit before and
 after.
+
+Every check of a site's container image (``portal.helper.imagecheck``, run
+by the admin service) is a row of ``portal_image_checks``: the image, the
+framework it was checked with, the image's stamp then, the verdict and its
+output, who asked. A profile of an image is offered only while the latest
+check of its (image, framework) passed at the image's current stamp.
 """
 
 import logging
@@ -29,6 +35,8 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    false,
+    func,
     select,
 )
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
@@ -43,11 +51,11 @@ VERSION_TABLE = "portal_alembic_version"
 # The fields of a profile that the store keeps (and the history compares).
 FIELDS = (
     "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "idle_minutes",
-    "groups", "enabled",
+    "groups", "enabled", "image", "user_images",
 )  # fmt: skip
 # Fields added after the first schema, with the value that revisions stored
 # before them meant (migrations add their columns with the same default).
-ADDED_FIELDS = {"max_nodes": 1, "idle_minutes": 0}
+ADDED_FIELDS = {"max_nodes": 1, "idle_minutes": 0, "image": "", "user_images": False}
 
 
 class Base(DeclarativeBase):
@@ -70,6 +78,8 @@ class ProfileRow(Base):
     idle_minutes = Column(Integer, nullable=False, default=0, server_default="0")  # 0: the site's
     groups = Column(JSON, nullable=False, default=list)
     enabled = Column(Boolean, nullable=False, default=True)
+    image = Column(String(64), nullable=False, default="", server_default="")  # "": none
+    user_images = Column(Boolean, nullable=False, default=False, server_default=false())
     revision = Column(Integer, nullable=False, default=1)
     position = Column(Integer, nullable=False, default=0)  # order on the spawn page
     updated_at = Column(DateTime, nullable=False)
@@ -132,6 +142,35 @@ class TimeExtension(Base):
             "to_limit": slurm_time(self.to_limit),
             "from_minutes": self.from_limit,
             "to_minutes": self.to_limit,
+        }
+
+
+class ImageCheck(Base):
+    """One check of a site's image with a framework: what it said, at which
+    stamp of the image (``portal.helper.imagecheck.image_stamp``), who asked."""
+
+    __tablename__ = "portal_image_checks"
+    id = Column(Integer, primary_key=True, autoincrement=True)
+    image = Column(String(64), nullable=False)
+    framework = Column(String(64), nullable=False)  # "": without a framework's import
+    stamp = Column(String(128), nullable=False)
+    ok = Column(Boolean, nullable=False)
+    message = Column(Text, nullable=False)
+    lines = Column(JSON, nullable=False, default=list)  # the check's output
+    checked_at = Column(DateTime, nullable=False)
+    checked_by = Column(String(255), nullable=False)  # an admin, or "portal service"
+
+    def to_dict(self):
+        return {
+            "id": self.id,
+            "image": self.image,
+            "framework": self.framework,
+            "stamp": self.stamp,
+            "ok": self.ok,
+            "message": self.message,
+            "lines": list(self.lines or []),
+            "checked_at": self.checked_at.isoformat(timespec="seconds"),
+            "checked_by": self.checked_by,
         }
 
 
@@ -352,6 +391,44 @@ class ProfileStore:
             query = select(TimeExtension).order_by(TimeExtension.id.desc()).limit(limit)
             if user is not None:
                 query = query.where(TimeExtension.user == user)
+            return [row.to_dict() for row in db.scalars(query)]
+
+    # -- image checks -------------------------------------------------------
+
+    def record_image_check(self, image, framework, stamp, ok, message, lines, checked_by):
+        """Audit one check of the site's ``image`` with ``framework`` at the
+        image's ``stamp``; returns it as a dict."""
+        with self.Session.begin() as db:
+            row = ImageCheck(
+                image=image,
+                framework=framework,
+                stamp=stamp,
+                ok=bool(ok),
+                message=message,
+                lines=[str(line) for line in lines],
+                checked_at=now(),
+                checked_by=checked_by,
+            )
+            db.add(row)
+        return row.to_dict()
+
+    def latest_image_checks(self):
+        """{(image, framework): the latest check's dict}."""
+        with self.Session() as db:
+            latest = (
+                select(func.max(ImageCheck.id))
+                .group_by(ImageCheck.image, ImageCheck.framework)
+                .scalar_subquery()
+            )
+            rows = db.scalars(select(ImageCheck).where(ImageCheck.id.in_(latest)))
+            return {(row.image, row.framework): row.to_dict() for row in rows}
+
+    def image_checks(self, image=None, limit=50):
+        """The latest checks (of ``image``, or of every image), newest first."""
+        with self.Session() as db:
+            query = select(ImageCheck).order_by(ImageCheck.id.desc()).limit(limit)
+            if image is not None:
+                query = query.where(ImageCheck.image == image)
             return [row.to_dict() for row in db.scalars(query)]
 
     # -- helpers ------------------------------------------------------------

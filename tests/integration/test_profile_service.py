@@ -32,8 +32,9 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
     assert set(pytorch) == {
         "name", "display_name", "description", "environment", "partition", "max_gpus",
         "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
-        "idle_minutes", "groups", "enabled", "revision",
+        "idle_minutes", "groups", "enabled", "image", "user_images", "revision",
     }  # fmt: skip
+    assert pytorch["image"] == "" and pytorch["user_images"] is False
 
 
 def test_a_profile_may_let_its_sessions_idle_longer_than_the_site_never_shorter(

@@ -215,3 +215,97 @@ def test_snapshot_round_trip():
     partitions = parse_sinfo(text)
     _, back, jobs, errors = snapshot_from_json(snapshot_to_json(partitions, {}, "", "x"))
     assert back == partitions and jobs == {} and errors == {"cluster": "", "jobs": "x"}
+
+
+IMAGE_PROFILE = {**SEED[0], "name": "pt-image", "image": "pytorch", "user_images": True}
+
+
+def test_a_profiles_image_fields_round_trip_through_the_store(store):
+    assert store.get("pytorch").image == "" and store.get("pytorch").user_images is False
+    assert store.seed([IMAGE_PROFILE]) == ["pt-image"]
+    seeded = store.get("pt-image")
+    assert (seeded.image, seeded.user_images, seeded.in_container) == ("pytorch", True, True)
+    updated = store.update(dataclasses.replace(seeded, image="tensorflow", user_images=False),
+                           1, "carol")  # fmt: skip
+    assert (updated.image, updated.user_images, updated.revision) == ("tensorflow", False, 2)
+    assert store.history("pt-image")[0]["changes"] == {
+        "image": ("pytorch", "tensorflow"), "user_images": (True, False),
+    }  # fmt: skip
+    # what a revert reads back
+    assert {k: store.revision("pt-image", 1)[k] for k in ("image", "user_images")} == {
+        "image": "pytorch", "user_images": True,
+    }  # fmt: skip
+    created = store.create(profile_from_dict({**IMAGE_PROFILE, "name": "copy"}), "carol")
+    assert store.get("copy") == created and created.image == "pytorch"
+    # an environment profile's history names no image field
+    store.update(dataclasses.replace(store.get("mxnet"), max_gpus=1), 1, "carol")
+    assert store.history("mxnet")[0]["changes"] == {"max_gpus": (4, 1)}
+
+
+def test_a_store_of_schema_0004_gains_the_image_fields_and_checks(tmp_path):
+    old = ProfileStore(default_url(tmp_path))
+    old.upgrade("0004")
+    with old.engine.begin() as db:  # the ORM knows the new columns: the old rows by hand
+        assert "image" not in [
+            r[1] for r in db.exec_driver_sql("pragma table_info(portal_profiles)")
+        ]
+        db.exec_driver_sql(
+            "insert into portal_profiles (name, display_name, description, environment, "
+            "partition, max_gpus, max_nodes, cores_per_gpu, mem_per_gpu_gb, default_hours, "
+            "max_hours, idle_minutes, groups, enabled, revision, position, updated_at, "
+            "updated_by) values ('pytorch', 'PyTorch', '', 'pytorch', 'gpu', 4, 1, 8, 48, 8, 24, "
+            "0, '[]', 1, 1, 0, '2026-01-01 00:00:00', 'site settings')"
+        )
+        db.exec_driver_sql(
+            "insert into portal_profile_changes (profile, revision, action, author, at, after) "
+            "values ('pytorch', 1, 'seed', 'site settings', '2026-01-01 00:00:00', "
+            """'{"display_name": "PyTorch", "max_gpus": 4, "max_nodes": 1}')"""
+        )
+    store = ProfileStore(default_url(tmp_path))
+    store.upgrade()
+    profile = store.get("pytorch")
+    assert (profile.image, profile.user_images, profile.revision) == ("", False, 1)
+    # a revision stored before the fields existed meant no image
+    assert store.revision("pytorch", 1)["image"] == ""
+    assert store.latest_image_checks() == {}
+    store.update(dataclasses.replace(profile, image="pytorch"), 1, "carol")
+    assert store.history("pytorch")[0]["changes"] == {"image": ("", "pytorch")}
+    assert store.get("pytorch").image == "pytorch"
+    downgrade(store, "0004")  # and back down, and up again
+    store.upgrade()
+    assert store.get("pytorch").image == ""  # the column went with the downgrade
+
+
+def downgrade(store, revision):
+    from alembic import command
+    from alembic.config import Config
+
+    from portal.store import MIGRATIONS
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with store.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def test_image_checks_are_kept_and_the_latest_per_image_and_framework_is_found(store):
+    first = store.record_image_check("pytorch", "pytorch", "1:2", False, "image x: no torch",
+                                     ["ok python3 3.11", "FAIL torch: no"], "carol")  # fmt: skip
+    assert (
+        first["ok"] is False
+        and first["checked_by"] == "carol"
+        and first["lines"][1] == ("FAIL torch: no")
+    )
+    store.record_image_check("pytorch", "pytorch", "1:2", True, "works", ["done"], "portal service")
+    store.record_image_check("pytorch", "", "1:2", True, "works", [], "carol")
+    store.record_image_check("tf", "tensorflow", "3:4", False, "fails", [], "portal service")
+    latest = store.latest_image_checks()
+    assert sorted(latest) == [("pytorch", ""), ("pytorch", "pytorch"), ("tf", "tensorflow")]
+    assert latest[("pytorch", "pytorch")]["ok"] is True
+    assert latest[("pytorch", "pytorch")]["checked_by"] == "portal service"
+    history = store.image_checks("pytorch")
+    assert [(c["framework"], c["ok"]) for c in history] == [
+        ("", True), ("pytorch", True), ("pytorch", False),
+    ]  # fmt: skip
+    assert len(store.image_checks()) == 4 and len(store.image_checks(limit=1)) == 1
