@@ -193,11 +193,19 @@ class StoreProfiles:
     """The spawner's profile source: every profile of the store, read at each
     call (each spawn page and spawn), so an admin's edit applies at the next
     spawn. The store is created or migrated, and seeded from the site settings
-    on its first start, when the hub loads its configuration."""
+    on its first start, when the hub loads its configuration.
+
+    A profile of a site image (``image``, a folder of ``[containers]
+    images``) is offered only while the latest check of that image with the
+    profile's environment passed at the image's current stamp: an image that
+    fails its check, is gone, or was rebuilt and not checked since, is never
+    offered (the admin service checks, ``portal.service.images``)."""
 
     def __init__(self, settings):
         from portal.store import ProfileStore, store_url
 
+        self.images_dir = settings["containers"]["images"]
+        self._logged = set()  # (profile, image, stamp, why) already logged
         self.store = ProfileStore(store_url(settings))
         self.store.upgrade()
         seeded = settings_profiles()
@@ -211,7 +219,24 @@ class StoreProfiles:
             )  # fmt: skip
 
     def __call__(self):
-        return self.store.profiles()
+        from portal.helper.imagecheck import offer_problem
+
+        profiles = self.store.profiles()
+        checks = self.store.latest_image_checks() if any(p.image for p in profiles) else {}
+        offered = []
+        for p in profiles:
+            stamp, why = "", ""
+            if p.image:
+                stamp, why = offer_problem(self.images_dir, p.image, p.environment, checks)
+            if not why:
+                offered.append(p)
+            elif p.enabled and (p.name, p.image, stamp, why) not in self._logged:
+                self._logged.add((p.name, p.image, stamp, why))
+                logging.getLogger("portal").warning(
+                    "Profile %s is not offered: %s (its image's checks: /services/portal/images)",
+                    p.name, why,
+                )  # fmt: skip
+        return offered
 
     def __deepcopy__(self, memo):
         # traitlets deep-copies config values into each spawner: share the one store
