@@ -1,9 +1,12 @@
 """The admin service's JSON API: ``api/profiles``, ``api/profiles/NAME``,
-``api/check``, and the sessions' time: ``api/sessions/NAME`` (how much longer
-it may run), ``api/sessions/NAME/extend`` and ``api/sessions/extensions`` (the
-audit).
+``api/check``; the site's container images: ``api/images`` (each with its
+checks) and ``api/images/NAME/check``; and the sessions' time:
+``api/sessions/NAME`` (how much longer it may run),
+``api/sessions/NAME/extend`` and ``api/sessions/extensions`` (the audit).
 
-Errors are JSON too: ``{"error": message, "field": the field it concerns or null}``.
+Errors are JSON too: ``{"error": message, "field": the field it concerns or
+null}``; a save refused by its image's check adds ``"check"``, the recorded
+check with its output ``lines``.
 """
 
 import json
@@ -19,6 +22,7 @@ from portal.service.cluster import resource_lines
 from portal.store import Conflict, NotFound
 
 from .handlers import BaseHandler
+from .images import ImageCheckFailed
 from .operations import InUse, profile_json
 
 MAX_BODY = 64 * 1024  # bytes of a JSON body
@@ -72,6 +76,8 @@ class APIHandler(BaseHandler):
             return self.send(body, 409)
         except InUse as e:
             return self.fail(409, e, e.field)
+        except ImageCheckFailed as e:
+            return self.send({"error": str(e), "field": e.field, "check": e.check}, 400)
         except FieldError as e:
             return self.fail(400, e, e.field)
         if result is None:
@@ -129,7 +135,9 @@ class ProfileAPI(APIHandler):
 
 
 class CheckAPI(APIHandler):
-    """POST a profile: the validation's verdict and the sbatch lines, nothing stored."""
+    """POST a profile: the validation's verdict and the sbatch lines, nothing
+    stored; ``image``: why its image is not offered yet ("" when it is). The
+    image's check itself runs when the profile is saved."""
 
     @web.authenticated
     async def post(self):
@@ -139,7 +147,33 @@ class CheckAPI(APIHandler):
             profile = await self.ops.validate(data)
         except FieldError as e:
             return self.send({"error": str(e), "field": e.field})
-        self.send({"error": None, "field": None, "lines": resource_lines(profile)})
+        image = self.ops.images.problems([profile]).get(profile.name, "")
+        self.send({"error": None, "field": None, "lines": resource_lines(profile), "image": image})
+
+
+class ImagesAPI(APIHandler):
+    """``GET api/images``: the site's images, each with its info, its latest
+    check per framework (``current``: made at the image's present stamp) and
+    the profiles that name it (admins)."""
+
+    @web.authenticated
+    def get(self):
+        self.require_admin("Only portal admins may see the site's images and their checks")
+        self.send(self.ops.images.overview(self.store.profiles()))
+
+
+class ImageCheckAPI(APIHandler):
+    """``POST api/images/NAME/check``: check the image now, with its own
+    framework and every profile's environment that names it; the checks."""
+
+    @web.authenticated
+    async def post(self, name):
+        self.require_admin("Only portal admins may check images")
+        try:
+            checks = await self.ops.images.check_all(name, self.store.profiles(), self.author)
+        except FieldError as e:
+            return self.fail(404, e, e.field)
+        self.send(checks)
 
 
 class SessionHandler(APIHandler):

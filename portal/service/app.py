@@ -19,12 +19,13 @@ from tornado.httpserver import HTTPServer
 
 from portal import settings as site_settings
 from portal import tlscontext
-from portal.core.profiles import NAME_RE
+from portal.core.profiles import IMAGE_RE, NAME_RE
 from portal.extend import ExtensionCheck, SessionExtender
 from portal.service.cluster import ClusterSource
 from portal.store import ProfileStore, store_url
 
 from . import api, pages
+from .images import ImageChecks
 from .operations import ProfileOperations, SessionOperations
 
 log = logging.getLogger("portal.service")
@@ -32,7 +33,9 @@ log = logging.getLogger("portal.service")
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-def create_application(settings=None, store=None):
+def create_application(settings=None, store=None, image_runner=None):
+    """The service's application; ``image_runner`` runs an image's check
+    (``ImageChecks``; by default ``portal.helper.imagecheck.run_check``)."""
     settings = settings or site_settings.load()
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     hub_prefix = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/")
@@ -58,7 +61,8 @@ def create_application(settings=None, store=None):
         )
         return json.loads(response.body)
 
-    operations = ProfileOperations(store, cluster, settings, hub_api)
+    images = ImageChecks(store, settings, **({"runner": image_runner} if image_runner else {}))
+    operations = ProfileOperations(store, cluster, settings, hub_api, images)
     slurm = settings["slurm"]
     extender = SessionExtender(store, slurm["job_name"], slurm["command_timeout"])
     sessions = SessionOperations(extender, hub_api)
@@ -72,6 +76,7 @@ def create_application(settings=None, store=None):
         return url_path_join(prefix, path)
 
     name = f"({NAME_RE.pattern.strip('^$')})"  # a profile's name (the form's "new" too)
+    image = f"({IMAGE_RE.pattern.strip('^$')})"  # a site image's, its folder's
     handlers = [
         (prefix, pages.RootHandler),
         (route("oauth_callback"), HubOAuthCallbackHandler),
@@ -79,10 +84,14 @@ def create_application(settings=None, store=None):
         (route(f"profiles/{name}"), pages.ProfileEditPage),
         (route(f"profiles/{name}/(enable|disable|delete|revert)"), pages.ProfileActionPage),
         (route(f"profiles/{name}/history"), pages.HistoryPage),
+        (route("images"), pages.ImagesPage),
+        (route(f"images/{image}/check"), pages.ImageCheckPage),
         (route("cluster"), pages.ClusterPage),
         (route("api/profiles"), api.ProfilesAPI),
         (route("api/profiles/([^/]+)"), api.ProfileAPI),
         (route("api/check"), api.CheckAPI),
+        (route("api/images"), api.ImagesAPI),
+        (route(f"api/images/{image}/check"), api.ImageCheckAPI),
         (route("api/sessions/extensions"), api.ExtensionsAPI),
         (route("api/sessions/([^/]+)"), api.SessionAPI),
         (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
@@ -91,6 +100,7 @@ def create_application(settings=None, store=None):
         handlers,
         hub_auth=hub_auth,
         operations=operations,
+        images=images,
         sessions=sessions,
         jinja=jinja,
         service_prefix=prefix,
@@ -130,6 +140,8 @@ def main():
     loop = ioloop.IOLoop.current()
     # whether the hub's account can extend sessions (the root helper): logged now if not
     loop.spawn_callback(ExtensionCheck.shared().at_start)
+    # the images that enabled profiles name, checked again now and whenever rebuilt
+    loop.spawn_callback(app.settings["images"].watch)
     # The hub stops its services with SIGINT (then SIGTERM after 10 s). Set
     # explicitly: a hub started in the background (hub.sh) passes SIGINT on
     # ignored, Python then installs no handler, and the hub's stop waited its

@@ -1,6 +1,7 @@
 """The base of the admin service's handlers, pages and API alike: the user, their rights."""
 
 import pwd
+from urllib.parse import urlencode
 
 from jupyterhub.services.auth import HubOAuthenticated
 from jupyterhub.utils import url_path_join
@@ -54,9 +55,14 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         except NotFound as e:
             raise web.HTTPError(404, str(e)) from None
 
-    def require_admin(self):
+    def require_admin(self, message="Only portal admins may change profiles"):
         if not self.is_admin:
-            raise web.HTTPError(403, "Only portal admins may change profiles")
+            raise web.HTTPError(403, message)
+
+    def page_url(self, path, **query):
+        """The URL of the service's page ``path``, with ``query``."""
+        url = url_path_join(self.settings["service_prefix"], path)
+        return f"{url}?{urlencode(query)}" if query else url
 
     def render_page(self, template_name, **context):
         prefix = self.settings["service_prefix"]

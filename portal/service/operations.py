@@ -1,8 +1,8 @@
 """The admin service's writes of profiles, and the parsing of what admins type.
 
 Every write goes through ``ProfileOperations``: the same validation (the
-profile's own rules, then the live cluster's), the same audit and the same
-optimistic locking for the pages and the API.
+profile's own rules, then the live cluster's, then its image's check), the
+same audit and the same optimistic locking for the pages and the API.
 """
 
 import re
@@ -18,6 +18,8 @@ from portal.extend import USER_RE, no_session
 from portal.service.cluster import check_profile
 from portal.store import fields_of
 
+from .images import ImageChecks
+
 INT_FIELDS = (
     "max_gpus",
     "max_nodes",
@@ -28,7 +30,8 @@ INT_FIELDS = (
     "idle_minutes",
     "revision",
 )
-TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition")
+TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition", "image")
+BOOL_FIELDS = ("enabled", "user_images")  # checkboxes: absent from a form is false
 RESERVED_NAMES = frozenset({"new"})  # page paths under profiles/
 
 
@@ -59,7 +62,8 @@ def form_to_dict(arguments):
             data[key] = text if number is None else number
     if value("groups") is not None:
         data["groups"] = [g for g in re.split(r"[\s,]+", value("groups")) if g]
-    data["enabled"] = value("enabled") in ("on", "true", "1")
+    for key in BOOL_FIELDS:
+        data[key] = value(key) in ("on", "true", "1")
     return data
 
 
@@ -80,11 +84,12 @@ def profile_json(profile):
 class ProfileOperations:
     """Validated, audited writes of profiles; used by the pages and the API."""
 
-    def __init__(self, store, cluster, settings, hub_api):
+    def __init__(self, store, cluster, settings, hub_api, images=None):
         self.store = store
         self.cluster = cluster
         self.settings = settings
         self.hub_api = hub_api
+        self.images = images or ImageChecks(store, settings)
         self.defaults = slice_defaults(settings)
 
     async def validate(self, data):
@@ -102,13 +107,24 @@ class ProfileOperations:
         check_profile(profile, view.partitions)
         return profile
 
+    async def checked(self, data, author):
+        """``validate``, then, for an enabled profile of a site image, the
+        image's check with the profile's environment (``ImageChecks.ensure``:
+        the store's ok check at the image's stamp, or a new one, run for
+        ``author``); ImageCheckFailed when it fails. A disabled profile is
+        not offered: it is checked when it is enabled."""
+        profile = await self.validate(data)
+        if profile.image and profile.enabled:
+            await self.images.ensure(profile.image, profile.environment, author)
+        return profile
+
     async def create(self, data, author):
         data = {**self.defaults, **data}
         data.pop("revision", None)
         if isinstance(data.get("name"), str) and data["name"] in RESERVED_NAMES:
             # profiles/new is the form for a new profile: such a profile's page would be lost
             raise ProfileError(f"name {data['name']!r} is reserved by the editor's pages", "name")
-        return self.store.create(await self.validate(data), author)
+        return self.store.create(await self.checked(data, author), author)
 
     def _revision(self, data):
         revision = data.pop("revision", None)
@@ -130,7 +146,7 @@ class ProfileOperations:
             raise ProfileError("A profile cannot be renamed; duplicate it instead", "name")
         revision = self._revision(data)
         merged = {**fields_of(current), **data, "name": name}
-        return self.store.update(await self.validate(merged), revision, author, action)
+        return self.store.update(await self.checked(merged, author), revision, author, action)
 
     async def set_enabled(self, name, enabled, revision, author):
         data = {"enabled": enabled, "revision": revision}

@@ -1,8 +1,8 @@
-"""The admin service's HTML pages: the profiles, their editor and history, the cluster."""
+"""The admin service's HTML pages: the profiles, their editor and history,
+the site's container images and their checks, the cluster."""
 
 import logging
 from datetime import datetime
-from urllib.parse import urlencode
 
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -15,6 +15,7 @@ from portal.service.cluster import resource_lines
 from portal.store import Conflict, NotFound, fields_of
 
 from .handlers import BaseHandler
+from .images import ImageCheckFailed
 from .operations import environments, form_to_dict, profile_json
 
 log = logging.getLogger("portal.service")
@@ -34,6 +35,8 @@ class ProfilesPage(BaseHandler):
             "profiles.html",
             profiles=profiles,
             lines={p.name: resource_lines(p) for p in profiles},
+            problems=self.ops.images.problems(profiles),
+            runtime=self.ops.images.runtime(),
             message=self.get_argument("message", ""),
         )
 
@@ -56,11 +59,18 @@ class ProfileEditPage(BaseHandler):
         profile = self.profile_or_404(name)
         self.form(profile_json(profile), new=False)
 
-    def form(self, data, new, error=None, field=None, status=200):
+    def form(self, data, new, error=None, field=None, status=200, check=None):
+        """The form with ``data``; ``check``: the image check that refused
+        it, else the latest of the profile's image with its environment."""
         blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
         blank.update(environment="", groups=[], enabled=False, max_gpus="", max_nodes=1, revision=0)
-        blank.update(idle_minutes=0)
+        blank.update(idle_minutes=0, image="", user_images=False)
         data = {**blank, **data}
+        images = self.ops.images
+        if check is None and data["image"]:
+            check = self.store.latest_image_checks().get((data["image"], data["environment"]))
+        if check is not None:
+            check = {**check, "current": images.current(check)}
         lines = {}
         try:
             lines = resource_lines(profile_from_dict({**self.ops.defaults, **data, "revision": 0}))
@@ -77,6 +87,10 @@ class ProfileEditPage(BaseHandler):
             environments=[
                 e for e in environments(self.ops.settings["envs"]["prefix"]) if e != "hub"
             ],
+            images=images.names(),
+            images_dir=images.images_dir,
+            check=check,
+            runtime=images.runtime(),
         )
 
     @web.authenticated
@@ -98,12 +112,10 @@ class ProfileEditPage(BaseHandler):
         except NotFound as e:
             raise web.HTTPError(404, str(e)) from None
         except FieldError as e:
-            return self.form({**data, "name": data.get("name", name)}, new, str(e), e.field, 400)
+            shown = {**data, "name": data.get("name", name)}
+            check = e.check if isinstance(e, ImageCheckFailed) else None
+            return self.form(shown, new, str(e), e.field, 400, check)
         self.redirect(self.page_url("profiles", message=message))
-
-    def page_url(self, path, **query):
-        url = url_path_join(self.settings["service_prefix"], path)
-        return f"{url}?{urlencode(query)}" if query else url
 
 
 class ProfileActionPage(ProfileEditPage):
@@ -130,6 +142,41 @@ class ProfileActionPage(ProfileEditPage):
         except (Conflict, FieldError) as e:
             return self.redirect(self.page_url("profiles", message=f"Not done: {e}"))
         self.redirect(self.page_url("profiles", message=message))
+
+
+class ImagesPage(BaseHandler):
+    """GET images: the site's images, what each is, its checks and the
+    profiles that name it (admins)."""
+
+    @web.authenticated
+    def get(self):
+        self.require_admin("Only portal admins may see the site's images and their checks")
+        images = self.ops.images
+        self.render_page(
+            "images.html",
+            images=images.overview(self.store.profiles()),
+            images_dir=images.images_dir,
+            history=self.store.image_checks(limit=50),
+            runtime=images.runtime(),
+            message=self.get_argument("message", ""),
+        )
+
+
+class ImageCheckPage(BaseHandler):
+    """POST images/NAME/check: check the image now with its own framework and
+    every profile's environment that names it (admins)."""
+
+    @web.authenticated
+    async def post(self, name):
+        self.require_admin("Only portal admins may check images")
+        try:
+            checks = await self.ops.images.check_all(name, self.store.profiles(), self.author)
+        except FieldError as e:
+            return self.redirect(self.page_url("images", message=f"Not done: {e}"))
+        verdicts = "; ".join(
+            f"{c['framework'] or 'no framework'}: {'ok' if c['ok'] else 'FAILED'}" for c in checks
+        )
+        self.redirect(self.page_url("images", message=f"Checked image {name}: {verdicts}"))
 
 
 class HistoryPage(BaseHandler):

@@ -200,7 +200,10 @@ def test_form_to_dict_keeps_what_was_typed():
         "max_hours": 12,
         "groups": ["a", "b", "c"],
         "enabled": False,
+        "user_images": False,  # an unticked checkbox is not sent
     }
+    data = form_to_dict({"image": [b"pytorch"], "user_images": [b"on"], "enabled": [b"on"]})
+    assert data == {"image": "pytorch", "user_images": True, "enabled": True}
 
 
 def test_whole_number_takes_ascii_digits_only():
