@@ -409,3 +409,24 @@ async def test_changed_images_are_checked_again_in_the_background_one_at_a_time(
         assert images.stale() == []
     finally:
         service.close()
+
+
+async def test_the_service_watches_for_rebuilt_images_from_its_start(service):
+    path = fake_image(service.images, "pytorch", "pytorch")
+    watch = asyncio.ensure_future(service.ops.images.watch(every=0.05))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if len(service.check.calls) == 1:
+                break
+        assert service.store.image_checks()[0]["checked_by"] == "portal service"
+        rebuilt(path, 10**18)
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if len(service.check.calls) == 2:
+                break
+        assert service.store.image_checks()[0]["stamp"] == image_stamp(path)
+        await asyncio.sleep(0.2)
+        assert len(service.check.calls) == 2  # nothing changed since: nothing checked
+    finally:
+        watch.cancel()
