@@ -124,7 +124,9 @@ def sudoers(settings, helper_path, helper_args, image_check=imagecheck.INSTALLED
     """The sudoers rules of the hub's account, no password, with a reset
     environment: exactly Slurm's sbatch and scancel, and the image check
     ``image_check`` (any arguments: it runs with the user's rights alone),
-    as members of the portal's groups only (never root); and the extend
+    as members of the portal's groups only (never root), and as
+    ``imagecheck.SITE_CHECK_USER`` (the service's checks of the site's
+    images); and the extend
     helper, as root, with three whole numbers as its arguments (a POSIX
     regular expression, sudo 1.9.10 or later). sudo's match is a first
     filter only: the helper checks its arguments and the job itself again."""
@@ -133,6 +135,7 @@ def sudoers(settings, helper_path, helper_args, image_check=imagecheck.INSTALLED
         runas="".join(f"%{group}, " for group in portal_groups(settings)),
         slurm_bin=SLURM_BIN,
         image_check=image_check,
+        check_user=imagecheck.SITE_CHECK_USER,
         helper=helper_path,
         helper_args=helper_args,
         hub_user=settings["hub"]["user"],

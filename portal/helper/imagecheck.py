@@ -246,7 +246,9 @@ def check_steps(jupyter_env, framework_env=None, framework=None, points=()):
     if framework:
         module = FRAMEWORK_MODULES.get(framework, framework)
         imports.append([module, f"{framework_env}/bin/python", version_of(module)])
-    return {"imports": imports, "mount_points": [str(p) for p in points]}
+    given = {"jupyter": str(jupyter_env), "framework": framework or "",
+             "framework_env": str(framework_env or "")}  # fmt: skip
+    return {"imports": imports, "mount_points": [str(p) for p in points], "given": given}
 
 
 def ch_run_argv(image, command, write=False, binds=()):
@@ -328,6 +330,54 @@ def run_check(image, steps, argv_prefix=(), env=None, timeout=CHECK_TIMEOUT):
     except OSError as e:
         return CheckResult(False, f"image {image}: cannot run {argv[0]}: {e.strerror}")
     return check_result(image, proc.returncode, proc.stdout + proc.stderr)
+
+
+# The account the admin service checks the site's images as: their code
+# (an image from elsewhere, NGC's for instance) never runs as the hub's
+# account, which holds the hub's secrets. sudo lets the hub's account run
+# INSTALLED_AT as it and nothing else (deploy/templates/sudoers).
+SITE_CHECK_USER = "nobody"
+
+
+def sudo_runner(user=SITE_CHECK_USER, sudo="sudo"):
+    """A check runner (``runner(image, steps)`` -> CheckResult) that runs the
+    installed helper as ``user`` through sudo, with the arguments that
+    ``steps`` were made of.
+
+    >>> steps = check_steps("/opt/e/jupyter", "/opt/e/pytorch", "pytorch", ["/home"])
+    >>> sudo_argv("/img/pt", steps)  # doctest: +NORMALIZE_WHITESPACE
+    ['sudo', '-n', '-u', 'nobody', '/usr/local/libexec/portal/portal-image-check',
+     '--jupyter', '/opt/e/jupyter', '--framework', 'pytorch', '--framework-env',
+     '/opt/e/pytorch', '--mount-point', '/home', '/img/pt']
+    """
+
+    def runner(image, steps, timeout=CHECK_TIMEOUT + 10):
+        argv = sudo_argv(image, steps, user, sudo)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return CheckResult(False, f"image {image}: the check took over {timeout} s")
+        except OSError as e:
+            return CheckResult(False, f"image {image}: cannot run {argv[0]}: {e.strerror}")
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        if proc.returncode in (0, 1) and lines and lines[-1].startswith(f"image {image}"):
+            return CheckResult(proc.returncode == 0, lines[-1], lines[:-1])
+        last = lines[-1] if lines else f"exit status {proc.returncode}, no output"
+        return CheckResult(False, f"image {image}: the check did not run as {user}: {last}",
+                           lines)  # fmt: skip
+
+    return runner
+
+
+def sudo_argv(image, steps, user=SITE_CHECK_USER, sudo="sudo"):
+    given = steps["given"]
+    args = ["--jupyter", given["jupyter"]]
+    if given["framework"]:
+        args += ["--framework", given["framework"], "--framework-env", given["framework_env"]]
+    for point in steps["mount_points"]:
+        args += ["--mount-point", point]
+    return [sudo, "-n", "-u", user, INSTALLED_AT, *args, image]
 
 
 def helper_argv(image, jupyter_env, framework=None, framework_env=None, points=()):

@@ -1,8 +1,9 @@
 """The admin service's checks of the site's container images (issue 25).
 
 A site image (a folder of ``[containers] images``) is checked with a
-framework (``portal.helper.imagecheck``: ch-run of the image as the
-service's own, unprivileged account; it starts, its Python, Jupyter Server,
+framework (``portal.helper.imagecheck``: the installed helper runs ch-run
+of the image as ``nobody``, through the hub account's sudo rule for it, so
+an image's code never runs as the hub's account; it starts, its Python, Jupyter Server,
 the portal's session launcher and the framework import, the mount points
 are there):
 
@@ -36,9 +37,9 @@ from portal.helper.imagecheck import (
     mount_points,
     offer_problem,
     read_info,
-    run_check,
     site_image,
     site_images,
+    sudo_runner,
 )
 
 log = logging.getLogger("portal.service.images")
@@ -59,10 +60,11 @@ class ImageCheckFailed(ProfileError):
 class ImageChecks:
     """The site's images and their checks, for the pages, the API and the
     profiles' writes. ``runner(path, steps)`` runs one check and returns a
-    ``CheckResult`` (``imagecheck.run_check``; tests give another)."""
+    ``CheckResult`` (``imagecheck.sudo_runner``'s; tests give another)."""
 
-    def __init__(self, store, settings, runner=run_check):
+    def __init__(self, store, settings, runner=None):
         self.store = store
+        runner = runner or sudo_runner()
         self.images_dir = settings["containers"]["images"]
         self.runtime_name = settings["containers"]["runtime"]
         self.jupyter_env = settings["envs"]["jupyter"]

@@ -176,3 +176,23 @@ def test_an_image_is_offered_only_after_an_ok_check_at_its_current_stamp(tmp_pat
         "", f"image 'gone' is not in {images}",
     )  # fmt: skip
     assert "not an image name" in offer_problem(images, "../etc", "pytorch", {})[1]
+
+
+def test_the_services_runner_reads_the_helpers_answer_through_sudo(tmp_path):
+    """sudo replaced by a script that answers as the helper would (the real
+    one runs in tests/integration/test_image_checks.py)."""
+    fake = tmp_path / "sudo"
+    steps = check_steps("/opt/e/jupyter", "/opt/e/pytorch", "pytorch", ["/home"])
+    for rc, out, ok, message in [
+        (0, "ok python3 3.11\ndone\nimage /img/pt works: python3 3.11", True,
+         "image /img/pt works: python3 3.11"),
+        (1, "FAIL torch: no /opt/e/pytorch/bin/python in the image\ndone\n"
+            "image /img/pt: torch: no /opt/e/pytorch/bin/python in the image", False,
+         "image /img/pt: torch: no /opt/e/pytorch/bin/python in the image"),
+        (1, "sudo: a password is required", False,
+         "image /img/pt: the check did not run as nobody: sudo: a password is required"),
+    ]:  # fmt: skip
+        fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{out}'\nexit {rc}\n")
+        fake.chmod(0o755)
+        result = imagecheck.sudo_runner(sudo=str(fake))("/img/pt", steps)
+        assert (result.ok, result.message) == (ok, message)
