@@ -31,6 +31,7 @@ import requests
 from portal import settings as site_settings
 from tests.support.hubsettings import (
     CA_CERT,
+    IMAGE_PROFILES,
     PYTORCH_PROFILE,
     fresh_state,
     hub_settings,
@@ -68,6 +69,7 @@ max_gpus = 1
 cores_per_gpu = 1
 mem_per_gpu_gb = 1
 """
+    + IMAGE_PROFILES
 )
 
 

@@ -25,7 +25,9 @@ def spawn_page_profiles(client):
 
 def test_profiles_are_seeded_from_the_site_settings(portal):
     profiles = portal("carol").get("api/profiles").json()
-    assert [p["name"] for p in profiles] == ["pytorch", "tensorflow", "vision", "distributed"]
+    assert [p["name"] for p in profiles] == [
+        "pytorch", "tensorflow", "vision", "distributed", "pytorch-image", "tensorflow-image",
+    ]  # fmt: skip
     pytorch = profiles[0]
     assert pytorch["max_gpus"] == 4 and pytorch["cores_per_gpu"] == 8
     assert pytorch["mem_per_gpu_gb"] == 48 and pytorch["partition"] == "gpu"
@@ -100,6 +102,8 @@ def test_non_admins_read_what_is_offered_and_change_nothing(portal):
         "pytorch",
         "tensorflow",
         "distributed",
+        "pytorch-image",
+        "tensorflow-image",
     ]
     assert "vision" in [p["name"] for p in alice.get("api/profiles").json()]
     assert bob.get("api/profiles/vision").status_code == 404

@@ -44,6 +44,25 @@ max_gpus = 4
 max_nodes = 2
 """
 
+# The container profiles (deploy/portal.toml has the same): the images that
+# `make up` and `make test` build (deploy/images.py ensure).
+IMAGE_PROFILES = """
+[[profiles]]
+name = "pytorch-image"
+display_name = "PyTorch container"
+environment = "pytorch"
+image = "pytorch"
+user_images = true
+max_gpus = 4
+
+[[profiles]]
+name = "tensorflow-image"
+display_name = "TensorFlow container"
+environment = "tensorflow"
+image = "tensorflow"
+max_gpus = 4
+"""
+
 
 def public_url(port, domain=DOMAIN):
     """Where clients reach a hub of its own on ``port`` (its proxy, on loopback)."""

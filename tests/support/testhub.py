@@ -11,7 +11,12 @@ import subprocess
 from pathlib import Path
 
 from tests.support import REPO
-from tests.support.hubsettings import DISTRIBUTED_PROFILE, PYTORCH_PROFILE, hub_settings
+from tests.support.hubsettings import (
+    DISTRIBUTED_PROFILE,
+    IMAGE_PROFILES,
+    PYTORCH_PROFILE,
+    hub_settings,
+)
 
 PORT = int(os.environ.get("PORTAL_TEST_PORT", "18000"))
 _SUFFIX = "" if PORT == 18000 else f"-{PORT}"
@@ -54,6 +59,7 @@ max_hours = 4
 groups = ["vision"]
 """
     + DISTRIBUTED_PROFILE
+    + IMAGE_PROFILES
 )
 
 
