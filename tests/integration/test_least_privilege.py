@@ -18,6 +18,7 @@ import requests
 
 from portal import settings as site_settings
 from portal.helper import extend as extendhelper
+from portal.helper import imagecheck
 from tests.support.hubsettings import CA_CERT
 from tests.support.internaltls import CERTS, INTERNAL_TLS, proxy_api
 from tests.support.jobs import squeue, wait_no_jobs
@@ -222,15 +223,20 @@ def sudo_rules(user):
 
 def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(hub):
     rules = sudo_rules(HUB_USER)
-    assert len(rules) == 2, rules
+    assert len(rules) == 3, rules
     runas, commands = re.match(r"\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
-    assert sorted(c.strip() for c in commands.split(",")) == ["/usr/bin/sbatch", "/usr/bin/scancel"]
+    check = imagecheck.INSTALLED_AT
+    assert sorted(c.strip() for c in commands.split(",")) == [
+        "/usr/bin/sbatch", "/usr/bin/scancel", check,
+    ]  # fmt: skip
+    # the image check as nobody: the service's checks of the site's images
+    assert rules[1] == f"(nobody) NOPASSWD: {check}"
     assert "ALL" not in runas and {r.strip() for r in runas.split(",")} >= {
         "%portal-users",
         "!root",
     }
     # the one rule as root: the extension helper, three whole numbers
-    assert rules[1] == (f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}")
+    assert rules[2] == (f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}")
     assert (
         as_portal("sudo", "-n", "-u", "alice", "--", "/usr/bin/sbatch", "--version").returncode == 0
     )
@@ -246,6 +252,9 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
         "the helper, other words": ["--", helper, "1", "60", "60;id"],
         "the helper, no words": ["--", helper],
         "the helper's environment": ["PYTHONPATH=/tmp", "--", helper, "1", "60", "60"],
+        "the image check as root": ["--", check, "--jupyter", "/x", "/y"],
+        "the image check as openldap": ["-u", "openldap", "--", check, "--jupyter", "/x", "/y"],
+        "the image check's environment": ["-u", "nobody", "PYTHONPATH=/tmp", "--", check],
     }
     let_through = [
         what for what, argv in refused.items() if as_portal("sudo", "-n", *argv).returncode == 0
