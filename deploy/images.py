@@ -69,7 +69,7 @@ log = logger("images")
 
 # What a build makes of the same environments: bump it when that changes in
 # a way the record (image_source) does not see, so each image is rebuilt.
-RECIPE = 1
+RECIPE = 2  # 2: no setuid/setgid file, no folder writable by all
 SOURCE_FILE = "etc/portal-image-source.json"  # inside the image: what it was built from
 BASE = ".debian-base"  # in DEST, while ensure builds several images
 CHECK_USER = "nobody"  # who checks a new image: anyone may run it
@@ -302,6 +302,19 @@ def size_of(path):
     return du.stdout.split()[0] if du.returncode == 0 and du.stdout else "?"
 
 
+def harden(root):
+    """No file of the image ``root`` is setuid or setgid, and no folder is
+    writable by all: the image sits on the host, world-readable, where any
+    user could run a setuid copy of su or mount with its real effect (long
+    after the host's own are patched), or leave files in its /var/tmp for
+    the next user's session. Inside ch-run neither was of any use (no
+    setuid in its namespace; the host's /tmp is bound over the image's)."""
+    run(["find", str(root), "-xdev", "-type", "f", "-perm", "/6000",
+         "-exec", "chmod", "ug-s", "{}", "+"])  # fmt: skip
+    run(["find", str(root), "-xdev", "-type", "d", "-perm", "-0002",
+         "-exec", "chmod", "go-w,-t", "{}", "+"])  # fmt: skip
+
+
 def build_image(settings, dest, name, framework, sources, base=None):
     """DEST/NAME built (from a copy of the Debian root ``base`` when given),
     checked, and put in place; the seconds it took."""
@@ -329,6 +342,7 @@ def build_image(settings, dest, name, framework, sources, base=None):
     (work / SOURCE_FILE).write_text(json.dumps(source, indent=1, sort_keys=True) + "\n")
     for point in mount_points(settings):
         (work / point.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
+    harden(work)
     work.chmod(0o755)
     result = check_image(settings, str(work), CHECK_USER, framework)
     if not result.ok:

@@ -62,7 +62,7 @@ def refused_message(returncode, output, user_image):
     """
     lines = [line for line in output.splitlines() if line.strip()]
     last = lines[-1] if lines else f"its check ended with status {returncode}"
-    return f"Your image was refused: {last.removeprefix('portal-image-check: ')}"
+    return f"Your image was refused: {last.removeprefix('portal-image-check: ')}"[:1000]
 
 
 class ContainerSession:

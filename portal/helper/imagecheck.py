@@ -32,12 +32,17 @@ the deploy tool import it for its functions.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import pwd
 import re
+import resource
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 
 INSTALLED_AT = "/usr/local/libexec/portal/portal-image-check"
@@ -52,6 +57,13 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # shell's syntax need none of the others), no ``..``.
 PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]{0,4095}$")
 FRAMEWORK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# What is kept of an image's answer (its code writes it: a user's own image
+# could write gigabytes to the hub's log and memory otherwise).
+OUTPUT_CAP = 32 * 1024  # bytes read from the check; the rest is read and dropped
+LINE_CAP, LINES_CAP, MESSAGE_CAP = 300, 60, 1000  # characters of a line, lines, the verdict
+# The check's own limits, for an image's code run outside any Slurm job
+# (a user's, on the hub's host): CPU seconds, and the largest file it may write.
+CPU_SECONDS, FILE_BYTES = CHECK_TIMEOUT, 64 * 2**20
 # Where a session binds the host's Slurm client files (the image's squeue
 # reads its configuration, and reaches munged through its socket).
 SLURM_BINDS = ("/etc/slurm", "/run/munge")
@@ -265,8 +277,10 @@ def ch_run_argv(image, command, write=False, binds=()):
 
 
 def check_argv(image, steps):
-    """The check's command line: the image's python3 running CHECK_SCRIPT."""
-    return ch_run_argv(image, ["/usr/bin/python3", "-c", CHECK_SCRIPT, json.dumps(steps)])
+    """The check's command line: the image's python3 running CHECK_SCRIPT,
+    with a /tmp of its own (``-t``: nothing of the host's /tmp)."""
+    argv = ch_run_argv(image, ["/usr/bin/python3", "-c", CHECK_SCRIPT, json.dumps(steps)])
+    return [argv[0], "-t", *argv[1:]]
 
 
 def clean_env(user=None):
@@ -306,10 +320,10 @@ def check_result(image, returncode, output):
     image /img/y does not run: ch-run[7]: error: can't execve(2): /usr/bin/python3:
     No such file or directory
     """
-    lines = [line for line in output.splitlines() if line.strip()][-200:]
+    lines = [line[:LINE_CAP] for line in output.splitlines() if line.strip()][-LINES_CAP:]
     failed = [line[len("FAIL ") :] for line in lines if line.startswith("FAIL ")]
     if failed:
-        return CheckResult(False, f"image {image}: {'; '.join(failed)}", lines)
+        return CheckResult(False, f"image {image}: {'; '.join(failed)}"[:MESSAGE_CAP], lines)
     if returncode or "done" not in lines:
         last = lines[-1] if lines else f"exit status {returncode}, no output"
         return CheckResult(False, f"image {image} does not run: {last}", lines)
@@ -397,6 +411,81 @@ def helper_argv(image, jupyter_env, framework=None, framework_env=None, points=(
     return [*argv, "--in-home", image]
 
 
+def _limits():
+    """In the check's process, before ch-run: its CPU time and file sizes."""
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
+
+
+def _children():
+    """The PIDs whose parent is this process."""
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2 :].split()[1] == me:
+            found.append(int(entry))
+    return found
+
+
+def end_descendants(rounds=100):
+    """SIGKILL every process left of the check: this process is their
+    subreaper, so one that left its parent (a daemon, a double fork) is a
+    child of this one; killed round after round until none is left."""
+    for _ in range(rounds):
+        children = _children()
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def confined_check(image, steps, env, timeout=CHECK_TIMEOUT):
+    """``run_check`` for an image's code outside any Slurm job: CPU and file
+    size limits, at most OUTPUT_CAP bytes of its answer kept, a timeout, and
+    no process of it left after (this process is the subreaper of them all,
+    PR_SET_CHILD_SUBREAPER, and kills what is left); a CheckResult."""
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    kept = bytearray()
+
+    def read(stream):
+        for chunk in iter(lambda: stream.read(8192), b""):
+            if len(kept) < OUTPUT_CAP:
+                kept.extend(chunk[: OUTPUT_CAP - len(kept)])
+
+    try:
+        proc = subprocess.Popen(check_argv(image, steps), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, preexec_fn=_limits)  # fmt: skip
+    except OSError as e:
+        return CheckResult(False, f"image {image}: cannot run {CH_RUN}: {e.strerror}")
+    reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
+    reader.start()
+    began, timed_out = time.monotonic(), False
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()
+        proc.wait()
+    end_descendants()  # what it left: their end closes the pipe too
+    reader.join(max(1.0, timeout - (time.monotonic() - began)))
+    if timed_out:
+        return CheckResult(False, f"image {image}: the check took over {timeout} s")
+    return check_result(image, proc.returncode, kept.decode(errors="replace"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="portal-image-check")
     parser.add_argument("--jupyter", required=True)
@@ -422,7 +511,7 @@ def main(argv=None):
         print(f"portal-image-check: {e}", file=sys.stderr)
         return 2
     steps = check_steps(jupyter, framework_env, opts.framework, points)
-    result = run_check(image, steps, env=env)
+    result = confined_check(image, steps, env)
     for line in result.lines:
         print(line)
     print(result.message)

@@ -233,7 +233,26 @@ def test_a_users_own_image_is_checked_as_them_before_the_spawn(login, image):
         assert r.json()["message"].startswith("Your image was refused: image ")
         assert "torch" in r.json()["message"], r.json()["message"]
         assert not squeue("-n", JOB_NAME, "-u", "bob", "-o", "%i")
+
+        # an image whose python3 floods its answer and leaves a daemon: the
+        # check runs bob's code on the hub's host, outside Slurm; what comes
+        # back is short, and nothing of it is left running
+        python3 = own / "usr/bin/python3"
+        python3.unlink()
+        python3.write_text(
+            "#!/bin/sh\nsetsid sleep 297 </dev/null >/dev/null 2>&1 &\n"
+            "head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 1\n"
+        )
+        python3.chmod(0o755)
+        subprocess.run(["chown", "bob:", str(python3)], check=True)
+        r = bob.api("POST", "/users/bob/server",
+                    json={"profile": PROFILE, "gpus": 1, "image": str(own)})  # fmt: skip
+        assert r.status_code == 400, r.text[:300]
+        assert len(r.text) < 2000 and r.json()["message"].startswith("Your image was refused")
+        left = subprocess.run(["pgrep", "-u", "bob", "-f", "sleep 297"], capture_output=True)
+        assert left.returncode == 1, f"the check left bob's processes: {left.stdout}"
     finally:
+        subprocess.run(["pkill", "-u", "bob", "-f", "sleep 297"], check=False)
         shutil.rmtree(home / "images", ignore_errors=True)
 
 

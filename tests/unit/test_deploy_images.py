@@ -12,6 +12,7 @@ from deploy.images import (
     SOURCE_FILE,
     as_user,
     debian_sources,
+    harden,
     image_source,
     mmdebstrap_argv,
     mount_points,
@@ -165,3 +166,15 @@ def test_an_environments_record_is_its_stamp_files(tmp_path):
     (tmp_path / "other").write_text("x")
     assert built_from(tmp_path) == {".portal-stamp": "abc ", ".portal-build": "cuda"}
     assert built_from(tmp_path / "missing") == {}
+
+
+def test_an_image_keeps_no_setuid_file_and_no_folder_writable_by_all(tmp_path):
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "var/tmp").mkdir(parents=True)
+    su = tmp_path / "usr/bin/su"
+    su.write_text("")
+    su.chmod(0o4755)
+    (tmp_path / "var/tmp").chmod(0o1777)
+    harden(tmp_path)
+    assert su.stat().st_mode & 0o7777 == 0o755
+    assert (tmp_path / "var/tmp").stat().st_mode & 0o7777 == 0o755

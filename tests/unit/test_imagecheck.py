@@ -32,7 +32,7 @@ from portal.helper.imagecheck import (
 def test_the_check_runs_the_images_python_with_the_steps_as_one_argument():
     steps = check_steps("/opt/portal/envs/jupyter", "/opt/portal/envs/pytorch", "pytorch")
     argv = check_argv("/img/pytorch", steps)
-    assert argv[:4] == ["ch-run", "/img/pytorch", "--", "/usr/bin/python3"]
+    assert argv[:5] == ["ch-run", "-t", "/img/pytorch", "--", "/usr/bin/python3"]
     assert json.loads(argv[-1]) == steps
 
 
@@ -196,3 +196,37 @@ def test_the_services_runner_reads_the_helpers_answer_through_sudo(tmp_path):
         fake.chmod(0o755)
         result = imagecheck.sudo_runner(sudo=str(fake))("/img/pt", steps)
         assert (result.ok, result.message) == (ok, message)
+
+
+def test_an_images_code_leaves_no_process_and_no_flood(tmp_path):
+    """The check of a user's image runs that user's code on the hub's host,
+    outside Slurm: ch-run replaced (this test only) by a script that writes
+    a 2 MB line and leaves a daemon behind. What is kept of its answer is
+    short, and the daemon is gone when the check returns. (Run in a process
+    of its own: the check makes its process the subreaper of what it runs.)"""
+    marker = tmp_path / "daemon.pid"
+    fake = tmp_path / "ch-run"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"setsid sh -c 'echo $$ > {marker}; exec sleep 300' </dev/null >/dev/null 2>&1 &\n"
+        "head -c 2000000 /dev/zero | tr '\\0' x; echo\n"
+        f"while [ ! -s {marker} ]; do sleep 0.05; done\n"
+        "echo 'FAIL torch: no module'; echo done; exit 0\n"
+    )
+    fake.chmod(0o755)
+    code = f"""
+import json, runpy
+check = runpy.run_path({imagecheck.__file__!r})
+env = {{"PATH": "{tmp_path}:/usr/bin:/bin", "USER": "x", "HOME": {str(tmp_path)!r}}}
+result = check["confined_check"]("/img/x", check["check_steps"]("/j"), env, timeout=30)
+print(json.dumps(result.to_dict()))
+"""
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert not result["ok"]
+    assert all(len(line) <= imagecheck.LINE_CAP for line in result["lines"])
+    assert len(result["message"]) <= imagecheck.MESSAGE_CAP
+    daemon = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{daemon}"), "the check left its daemon running"
