@@ -269,3 +269,37 @@ def test_bob_cannot_start_the_image_of_a_profile_of_a_group_he_is_not_in(
     assert r.status_code == 400, r.text
     assert f"Profile '{PROFILE}' is not available to you" in r.json()["message"]
     assert not squeue("-n", JOB_NAME, "-u", "bob", "-o", "%i")
+
+
+def test_srun_from_inside_the_image_runs_each_rank_in_the_image(cluster, image):
+    """What the DDP template does in a container session: srun, run inside
+    the image (its slurm-client, Slurm's files and munge's socket bound),
+    starts one task on each node, and each task runs in the image too
+    (PORTAL_CONTAINER_RUN between srun and the command)."""
+    from portal.core.containers import Binds, runtime
+    from tests.support.jobs import partition_nodes
+
+    if len(partition_nodes("gpu")) < 2:
+        pytest.skip("two nodes needed ([cluster] nodes >= 2)")
+    home = pwd.getpwnam("alice").pw_dir
+    run = runtime("charliecloud").exec_argv(
+        str(image), [], Binds.for_session("/home", SETTINGS["data"]["shared_data"]), cwd=home
+    )
+    task = "echo rank $SLURM_PROCID on $SLURMD_NODENAME in $(grep ^NAME= /etc/portal-image)"
+    inner = " ".join([*run, "sh", "-c", f"'{task}'"])
+    script = f"#!/bin/bash\nexec {' '.join(run)} srun --ntasks=2 {inner}\n"
+    out = Path(home, f"portal-srun-{os.getpid()}.out")
+    try:
+        done = subprocess.run(
+            ["sudo", "-u", "alice", "sbatch", "--parsable", "--wait", "-J", JOB_NAME, "-N", "2",
+             "--ntasks-per-node=1", "-c", "1", "--gres=gpu:1", "-p", "gpu", "-t", "5",
+             f"--output={out}", f"--chdir={home}"],
+            input=script, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        output = out.read_text() if out.exists() else ""
+        assert done.returncode == 0, (done.stderr, output)
+        ranks = sorted(re.findall(r"rank (\d) on (\S+) in NAME=(\S+)", output))
+        assert [(rank, name) for rank, _, name in ranks] == [("0", "pytorch"), ("1", "pytorch")]
+        assert len({node for _, node, _ in ranks}) == 2, output
+    finally:
+        out.unlink(missing_ok=True)
