@@ -17,10 +17,13 @@ from .parse import (
     SlurmError,
     max_time_minutes,
     parse_assoc_uids,
+    parse_default_qos,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
     parse_job_id,
+    parse_qos_gpu_limits,
+    parse_qos_usage,
     parse_running_limit,
     parse_sinfo,
     parse_squeue,
@@ -190,6 +193,27 @@ async def partitions(timeout):
     """Every node, by partition (one sinfo): ``{name: Partition}``."""
     argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
     return parse_sinfo(await run(argv, timeout=timeout))
+
+
+async def qos_usage(timeout):
+    """The GPUs each user holds in each QOS, as slurmctld counts them against
+    the QOS's limit per user (one scontrol for everyone): ``{qos: {uid: gpus}}``."""
+    argv = ["scontrol", "show", "assoc_mgr", "flags=qos"]
+    return parse_qos_usage(await run(argv, timeout=timeout))
+
+
+async def qos_gpu_limits(timeout):
+    """Every QOS's GPUs per user, ``{qos: gpus}`` (None: no limit)."""
+    argv = ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPU"]
+    return parse_qos_gpu_limits(await run(argv, timeout=timeout))
+
+
+async def default_qos(username, partition, timeout):
+    """The QOS a session of ``username`` on ``partition`` runs under (sbatch
+    names none: the default account's association's), "" when none is known."""
+    argv = ["sacctmgr", "-n", "-P", "show", "user", username, "withassoc",
+            "format=DefaultAccount,Account,Partition,DefaultQOS,QOS"]  # fmt: skip
+    return parse_default_qos(await run(argv, timeout=timeout), partition)
 
 
 async def expected_start(job_slice, timeout):

@@ -127,6 +127,61 @@ class Partition:
         return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
 
 
+@dataclass(frozen=True)
+class GpuQuota:
+    """The GPUs Slurm's QOS lets one user hold at once (its
+    ``MaxTRESPerUser=gres/gpu=N``) and those they hold now, in all of their
+    running jobs of that QOS (portal sessions and batch jobs alike). A
+    request past it would pend with ``QOSMaxGRESPerUser`` until others end:
+    the portal refuses it at once instead.
+
+    >>> quota = GpuQuota("portal", 4, 3)
+    >>> quota.room, quota.describe()
+    (1, 'You hold 3 of the 4 GPUs that QOS portal lets you use at once: you may ask for 1 more.')
+    >>> print(quota.refusal(2))
+    2 GPUs is more than you may ask for now: you hold 3 of the 4 GPUs that QOS portal lets \
+you use at once. Ask for at most 1, or stop a session or job first.
+    >>> GpuQuota("portal", 4, 1).refusal(3) is None, GpuQuota("normal", None, 9).refusal(64)
+    (True, None)
+    >>> print(GpuQuota("portal", 4, 4).refusal(1))
+    You hold all 4 GPUs that QOS portal lets you use at once: stop a session or job first.
+    """
+
+    qos: str
+    limit: int | None  # None: the QOS sets no GPU limit per user
+    used: int
+
+    @property
+    def room(self):
+        """How many more GPUs the user may hold (None: no limit)."""
+        return None if self.limit is None else max(self.limit - self.used, 0)
+
+    def describe(self):
+        if self.limit is None:
+            return f"You hold {self.used} GPUs; QOS {self.qos} sets no limit per user."
+        if not self.room:
+            return self.refusal(1)
+        return (
+            f"You hold {self.used} of the {self.limit} GPUs that QOS {self.qos} lets you use "
+            f"at once: you may ask for {self.room} more."
+        )
+
+    def refusal(self, gpus):
+        """Why a request of ``gpus`` GPUs in all is refused; None when it fits."""
+        if self.limit is None or gpus <= self.room:
+            return None
+        if not self.room:
+            return (
+                f"You hold all {self.limit} GPUs that QOS {self.qos} lets you use at once: "
+                "stop a session or job first."
+            )
+        return (
+            f"{gpus} GPUs is more than you may ask for now: you hold {self.used} of the "
+            f"{self.limit} GPUs that QOS {self.qos} lets you use at once. Ask for at most "
+            f"{self.room}, or stop a session or job first."
+        )
+
+
 def parse_time(text):
     """A Slurm time stamp (``2026-11-23T15:20:44``) as a datetime; None for
     ``N/A``, ``Unknown``, ``None`` or anything else."""

@@ -333,3 +333,93 @@ def parse_end(output, job_id):
     if end is None:
         return None, f"Slurm gives job {job_id} no end time ({lines[0].strip()[:40]})"
     return end.replace(tzinfo=UTC), ""
+
+
+# -- the GPUs a QOS lets one user hold at once --------------------------------
+
+QOS_RECORD_RE = re.compile(r"^QOS=(\S+?)\(\d+\)$")
+# A user's MaxTRESPU in `scontrol show assoc_mgr flags=qos`: "gres/gpu=4(2)"
+# (limit 4, 2 held), "gres/gpu=N(2)" (no limit).
+USER_GPUS_RE = re.compile(r"(?:^|[=,])gres/gpu=(\d+|N)\((\d+)\)")
+QOS_GPU_LIMIT_RE = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
+
+
+def parse_qos_usage(text):
+    """The GPUs each user holds in each QOS, as slurmctld counts them against
+    the QOS's per-user limit (its running jobs), from ``scontrol show
+    assoc_mgr flags=qos``: ``{qos: {uid: gpus}}``. A user with no record in a
+    QOS holds none there.
+
+    >>> parse_qos_usage('''QOS Records
+    ...
+    ... QOS=portal(2)
+    ...     MinTRESPJ=gres/gpu=1
+    ...     User Limits
+    ...       20001
+    ...         MaxJobsPU=N(1) MaxJobsAccruePU=N(0) MaxSubmitJobsPU=N(1)
+    ...         MaxTRESPU=cpu=N(2),mem=N(12288),node=N(1),gres/gpu=4(2)
+    ...       23001
+    ...         MaxTRESPU=cpu=N(0),mem=N(0),gres/gpu=4(0)
+    ... QOS=normal(1)
+    ...     User Limits
+    ...       20001
+    ...         MaxTRESPU=cpu=N(1),gres/gpu=N(1)''')
+    {'portal': {20001: 2, 23001: 0}, 'normal': {20001: 1}}
+    """
+    usage, qos, uid = {}, None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if match := QOS_RECORD_RE.match(line):
+            qos, uid = match.group(1), None
+            usage[qos] = {}
+        elif qos is not None and line.isdigit():
+            uid = int(line)
+        elif qos is not None and uid is not None and line.startswith("MaxTRESPU="):
+            found = USER_GPUS_RE.search(line[len("MaxTRESPU=") :])
+            usage[qos][uid] = int(found.group(2)) if found else 0
+    return usage
+
+
+def parse_qos_gpu_limits(text):
+    """Each QOS's GPUs per user (``MaxTRESPerUser``), None for no limit, from
+    ``sacctmgr -n -P show qos format=Name,MaxTRESPU``.
+
+    >>> parse_qos_gpu_limits("normal|\\nportal|gres/gpu=4\\nbig|cpu=64,gres/gpu=16")
+    {'normal': None, 'portal': 4, 'big': 16}
+    """
+    limits = {}
+    for line in text.splitlines():
+        name, sep, tres = line.strip().partition("|")
+        if name and sep:
+            found = QOS_GPU_LIMIT_RE.search(tres)
+            limits[name] = int(found.group(1)) if found else None
+    return limits
+
+
+def parse_default_qos(text, partition):
+    """The QOS a job of the user gets when sbatch names none, from ``sacctmgr
+    -n -P show user NAME withassoc
+    format=DefaultAccount,Account,Partition,DefaultQOS,QOS``: the default
+    account's association on ``partition`` (else its association for every
+    partition), its default QOS or else its only QOS; "" when none is known.
+
+    >>> parse_default_qos("portal|portal||portal|portal", "gpu")
+    'portal'
+    >>> rows = "lab|lab||normal|normal,long\\nlab|lab|gpu||gpuq\\nlab|other||x|x"
+    >>> parse_default_qos(rows, "gpu"), parse_default_qos(rows, "cpu")
+    ('gpuq', 'normal')
+    >>> parse_default_qos("lab|lab|||a,b", "gpu")
+    ''
+    """
+    chosen = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 5:
+            continue
+        default_account, account, part, default_qos, qos_list = fields
+        if account != default_account or part not in ("", partition):
+            continue
+        listed = [q for q in qos_list.split(",") if q]
+        qos = default_qos or (listed[0] if len(listed) == 1 else "")
+        chosen[part] = qos
+    return chosen.get(partition, chosen.get("", ""))
