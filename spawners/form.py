@@ -158,14 +158,17 @@ def link_notes(link, profile, values):
 # -- the page ----------------------------------------------------------------
 
 
-def offered_choices(offered, partitions, expected_start):
+def offered_choices(offered, partitions, expected_start, quotas=None):
     """Each offered profile as the page shows it: its fields, the GPUs and
     nodes it can have now (its own limits, within its partition's largest
-    node and node count), what is free, and the expected starts of the sizes
-    no node can take now (``expected_start``: Slice -> datetime)."""
+    node and node count), what is free, the expected starts of the sizes
+    no node can take now (``expected_start``: Slice -> datetime), and the
+    GPUs the user's QOS lets them ask for still (``quotas``: partition ->
+    GpuQuota or None)."""
     profiles = []
     for p in offered:
         part = partitions.get(p.partition)
+        quota = (quotas or {}).get(p.partition)
         node_gpus = part.largest_node.gpus if part and part.largest_node else p.max_gpus
         node_count = len(part.nodes) if part else p.max_nodes
         profiles.append(
@@ -185,6 +188,8 @@ def offered_choices(offered, partitions, expected_start):
                     for g in range(1, p.max_gpus + 1)
                     if (start := expected_start.get(p.make_slice(g, p.default_hours)))
                 },
+                "quota": quota.describe() if quota else "",
+                "quota_room": quota.room if quota else None,
             }
         )
     return profiles
@@ -217,15 +222,15 @@ def refusal(message):
     return f"<p class='alert alert-warning'>{html_escape(message)}</p>"
 
 
-def render_options_form(offered, poller, last, link=None, username="you"):
+def render_options_form(offered, poller, last, link=None, username="you", quotas=None):
     """The spawn page's HTML for the ``offered`` profiles (at least one),
-    sized by what the shared ``poller`` knows now, pre-filled with the
-    ``last`` options or a spawn ``link``'s values (then with notes on what
-    did not fit)."""
+    sized by what the shared ``poller`` knows now and the user's GPU
+    ``quotas`` (``offered_choices``), pre-filled with the ``last`` options
+    or a spawn ``link``'s values (then with notes on what did not fit)."""
     if link is not None:
         # a link's values alone: what it leaves out takes the profile's defaults
         last = link
-    profiles = offered_choices(offered, poller.partitions, poller.expected_start)
+    profiles = offered_choices(offered, poller.partitions, poller.expected_start, quotas)
     chosen, current, values = chosen_values(profiles, last)
     return _html.get_template("form.html.j2").render(
         profiles=profiles,

@@ -31,6 +31,8 @@ from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import snapshot_to_json
 
+from .quota import Quotas
+
 log = logging.getLogger("portal.poller")
 
 
@@ -76,6 +78,7 @@ class SlurmPoller:
         self.partitions = {}
         self.cluster_error = ""
         self.expected_start = {}  # Slice -> datetime
+        self.quotas = Quotas(self)  # the GPUs each user may hold, read beside sinfo
         self.squeue_calls = 0
         self._active = set()
         self._followed = {}  # job id -> (submitted, callback) of running sessions
@@ -261,6 +264,7 @@ class SlurmPoller:
             self.partitions = await slurm.partitions(timeout=self.timeout)
             self.cluster_error = ""
             self._sinfo_started = started
+            await self.quotas.refresh()
             return True
         except slurm.SlurmError as e:
             self.cluster_error = str(e)

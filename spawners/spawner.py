@@ -36,7 +36,7 @@ from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.slurm import commands as slurm
 
-from . import form, reach
+from . import form, quota, reach
 from .card import SessionCard
 from .container import ContainerSession
 from .form import LinkOptions
@@ -109,11 +109,16 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
         """The spawn page from an sinfo at most ``form_sinfo_age`` seconds old
         (shared by every page rendered meanwhile, awaited at most 2 s): GPUs
         lost to a node that went down show at once, not after
-        ``cluster_interval``."""
+        ``cluster_interval``; with the GPUs the user's QOS lets them ask
+        for still (``spawners.quota``)."""
         await self.poller.partitions_since(self.form_sinfo_age, timeout=2.0)
-        return self.render_options_form()
+        try:
+            partitions = [p.partition for p in self.offered_profiles()]
+        except ProfileError:
+            partitions = []  # the page says why
+        return self.render_options_form(await quota.form_quotas(self, partitions))
 
-    def render_options_form(self):
+    def render_options_form(self, quotas=None):
         """The spawn page (``spawners.form``) for the profiles this user may run."""
         try:
             offered = self.offered_profiles()
@@ -126,7 +131,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         link, self._link_options = self._link_options, None
-        return form.render_options_form(offered, poller, last, link, self.user.name)
+        return form.render_options_form(offered, poller, last, link, self.user.name, quotas)
 
     # -- running Slurm's commands ---------------------------------------
 
@@ -173,6 +178,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
         if bad:
             raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
+        await quota.check(self, job_slice)  # before anything runs as the user
         await self.check_user_image()  # as the user, before anything is submitted
         container, container_env_prefix = self.container_exec(home)
         # The script itself exports the session's environment and opens its

@@ -1,0 +1,123 @@
+"""The GPUs Slurm's QOS lets each user hold at once, as the hub reads them.
+
+A QOS with ``MaxTRESPerUser=gres/gpu=N`` (the embedded cluster's ``portal``,
+``[cluster] qos_max_gpus_per_user``) counts every running job of a user,
+portal sessions and batch jobs alike; a request past it is accepted by
+sbatch and then pends with ``QOSMaxGRESPerUser`` until others end. The
+spawn page says what a user holds and may still ask for, and the spawner
+refuses a request past it at once, before anything is submitted.
+
+What a user holds comes from slurmctld's own count (``scontrol show
+assoc_mgr flags=qos``, one query for everyone, beside the shared poll's
+sinfo, and once more just before a submission); the QOS's limits and each
+user's QOS (the default account's association's: the portal names no QOS)
+from sacctmgr, kept for ``KEEP_SECONDS``. What cannot be read is logged and
+checks nothing: Slurm itself still enforces the limit.
+"""
+
+import asyncio
+import logging
+import time
+
+from tornado import web
+
+from portal.slurm import commands as slurm
+from portal.slurm.model import GpuQuota
+
+log = logging.getLogger("portal.poller")
+
+KEEP_SECONDS = 300.0  # how long a QOS's limits and a user's QOS are kept
+
+
+class Quotas:
+    """The QOS usage and limits of one hub (its poller holds one)."""
+
+    def __init__(self, poller):
+        self.poller = poller  # its ``timeout``: each Slurm command's
+        self.usage = {}  # qos -> {uid: GPUs held}
+        self.limits = {}  # qos -> GPUs per user (None: no limit)
+        self.error = ""  # the last failure, while the latest query failed
+        self.read = False  # whether a query has answered
+        self._limits_at = -float("inf")
+        self._user_qos = {}  # (user, partition) -> (qos, monotonic time read)
+
+    async def refresh(self):
+        """Everyone's usage (one scontrol), and the limits when older than
+        ``KEEP_SECONDS``; True when it answered."""
+        began = time.monotonic()
+        try:
+            usage = await slurm.qos_usage(timeout=self.poller.timeout)
+            if began - self._limits_at > KEEP_SECONDS:
+                self.limits = await slurm.qos_gpu_limits(timeout=self.poller.timeout)
+                self._limits_at = began
+        except slurm.SlurmError as e:
+            self.error = str(e)
+            log.warning("The QOS's GPUs per user could not be read; not checked ahead: %s", e)
+            return False
+        self.usage, self.error, self.read = usage, "", True
+        return True
+
+    async def user_qos(self, username, partition):
+        """The QOS ``username``'s sessions on ``partition`` run under ("": none known)."""
+        known = self._user_qos.get((username, partition))
+        if known and time.monotonic() - known[1] < KEEP_SECONDS:
+            return known[0]
+        qos = await slurm.default_qos(username, partition, timeout=self.poller.timeout)
+        if not qos:
+            log.warning(
+                "No QOS is known for %s's jobs on partition %s (sacctmgr shows no default "
+                "QOS): their GPUs per user are not checked ahead", username, partition,
+            )  # fmt: skip
+        self._user_qos[(username, partition)] = (qos, time.monotonic())
+        return qos
+
+    async def quota(self, username, uid, partition, fresh=False):
+        """``username``'s GpuQuota for a session on ``partition``, read anew
+        when ``fresh`` (else as the last refresh saw it); None when it is not
+        known (the reason is logged)."""
+        try:
+            qos = await self.user_qos(username, partition)
+            if qos and (fresh or not self.read):
+                await self.refresh()
+        except slurm.SlurmError as e:
+            log.warning("The QOS of %s could not be read; not checked ahead: %s", username, e)
+            return None
+        if not qos or self.error or qos not in self.limits:
+            return None
+        return GpuQuota(qos, self.limits[qos], self.usage.get(qos, {}).get(uid, 0))
+
+
+# -- what the spawner asks ---------------------------------------------------
+
+FORM_WAIT = 2.0  # the spawn page waits at most this long for a QOS it never read
+
+
+async def form_quotas(spawner, partitions):
+    """``{partition: GpuQuota or None}`` for the spawn page of ``spawner``'s
+    user: what the shared poll's last read saw (a QOS first asked for waits
+    at most ``FORM_WAIT`` seconds; the page then goes without it)."""
+    if not partitions:
+        return {}
+    quotas = spawner.poller.quotas
+    uid = spawner.account().pw_uid
+    found = {}
+    for partition in sorted(set(partitions)):
+        try:
+            found[partition] = await asyncio.wait_for(
+                quotas.quota(spawner.user.name, uid, partition), FORM_WAIT
+            )
+        except TimeoutError:
+            found[partition] = None
+    return found
+
+
+async def check(spawner, job_slice):
+    """Refuse (HTTP 400, nothing submitted) a slice whose GPUs, with those
+    the user holds now, are more than their QOS lets them hold at once."""
+    quota = await spawner.poller.quotas.quota(
+        spawner.user.name, spawner.account().pw_uid, job_slice.partition, fresh=True
+    )
+    refusal = quota.refusal(job_slice.gpus * job_slice.nodes) if quota else None
+    if refusal:
+        spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)
+        raise web.HTTPError(400, refusal)
