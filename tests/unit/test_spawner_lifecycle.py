@@ -29,6 +29,7 @@ class Runner:
         self.state = None  # None: not submitted; then PENDING, RUNNING, or gone
         self.script = None
         self.nodes = "n1"  # squeue's %N once it runs
+        self.gpus_held = 0  # this user's GPUs in QOS portal (scontrol show assoc_mgr)
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
@@ -46,6 +47,13 @@ class Runner:
         if command == "scancel":
             self.state = "gone"
             return ""
+        if command == "scontrol" and "assoc_mgr" in argv:
+            held = f"MaxTRESPU=gres/gpu=4({self.gpus_held})"
+            return f"QOS=portal(2)\n User Limits\n  {os.getuid()}\n   {held}"
+        if command == "sacctmgr" and "qos" in argv:
+            return "normal|\nportal|gres/gpu=4"
+        if command == "sacctmgr":
+            return "portal|portal||portal|portal"
         if command == "scontrol":
             detail = f"Nodes={self.nodes} CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:2)"
             return f"JobId=4242 NodeList={self.nodes}\n     {detail}"

@@ -1,0 +1,66 @@
+"""The QOS's GPUs per user on the spawn page and at submission (issue 26),
+without Slurm: its runner replaced as in test_spawner_lifecycle. The real
+QOS is exercised by tests/integration/test_slurm_limits.py."""
+
+import html
+import json
+import re
+
+import pytest
+from tornado import web
+
+from portal.slurm import commands
+from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (a fixture)
+
+
+def quota_of(page):
+    data = re.search(r'id="portal-profiles">(.*?)</script>', page, re.S).group(1)
+    profile = json.loads(html.unescape(data))[0]
+    line = re.search(r'id="gpu-quota" role="status">([^<]*)</p>', page).group(1)
+    return profile["quota_room"], html.unescape(line)
+
+
+async def test_the_spawn_page_says_what_the_user_holds_and_may_still_ask_for(runner):  # noqa: F811
+    runner.gpus_held = 3
+    s = spawner("unit-quota-page")
+    room, line = quota_of(await s.fresh_options_form())
+    assert room == 1
+    assert line == (
+        "You hold 3 of the 4 GPUs that QOS portal lets you use at once: you may ask for 1 more."
+    )
+
+
+async def test_a_request_past_the_qos_is_refused_before_anything_is_submitted(runner):  # noqa: F811
+    runner.gpus_held = 3
+    s = spawner("unit-quota-refused")
+    s.user_options = {"gpus": "2", "hours": "1"}
+    with pytest.raises(web.HTTPError) as refused:
+        await s.start()
+    assert refused.value.status_code == 400
+    assert refused.value.log_message.startswith("2 GPUs is more than you may ask for now")
+    assert "Ask for at most 1" in refused.value.log_message
+    assert not [argv for argv in runner.calls if "sbatch" in argv]
+    # read anew at submission: the usage just before sbatch, not the page's
+    assert ["scontrol", "show", "assoc_mgr", "flags=qos"] in runner.calls
+
+
+async def test_a_request_within_the_qos_is_submitted(runner):  # noqa: F811
+    runner.gpus_held = 3
+    s = spawner("unit-quota-fits")
+    s.user_options = {"gpus": "1", "hours": "1"}
+    await s.submit_batch_script()
+    assert s.job_id == "4242"
+
+
+async def test_an_unreadable_qos_checks_nothing_and_leaves_it_to_slurm(runner, monkeypatch):  # noqa: F811
+    async def failing(*args, **kwargs):
+        raise commands.SlurmError("sacctmgr failed: slurmdbd is down")
+
+    monkeypatch.setattr(commands, "default_qos", failing)
+    runner.gpus_held = 4
+    s = spawner("unit-quota-unknown")
+    room, line = quota_of(await s.fresh_options_form())
+    assert room is None and line == ""
+    s.user_options = {"gpus": "1", "hours": "1"}
+    await s.submit_batch_script()
+    assert s.job_id == "4242"
