@@ -8,6 +8,9 @@ PACKAGES=(
     slurmctld slurmd slurm-client munge slurmdbd mariadb-server
     slapd ldap-utils nslcd libnss-ldapd sudo
     libnss-myhostname
+    # the mail server of the login node (deploy/mail.sh), without its
+    # Recommends (bsd-mailx)
+    exim4-daemon-light
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist
     # container images: their runtime (ch-run), and their Debian base's
@@ -23,6 +26,9 @@ PACKAGES=(
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
+    # Another mail server already here (a site's postfix) is kept: apt would
+    # remove it for exim4. deploy/mail.sh then leaves mail to it.
+    [ "$pkg" = exim4-daemon-light ] && [ -e /usr/sbin/sendmail ] && [ ! -e /usr/sbin/exim4 ] && continue
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 command -v npm >/dev/null || missing+=(nodejs npm)

@@ -167,6 +167,17 @@ def internal_certs_location(settings):
     return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
 
 
+def mail_from(settings):
+    """The From: address of the portal's mail: [mail] from, else the hub's
+    account at [mail] domain.
+
+    >>> mail_from({"mail": {"from": "", "domain": "portal.localhost"}, "hub": {"user": "portal"}})
+    'portal@portal.localhost'
+    """
+    mail = settings["mail"]
+    return mail["from"] or f"{settings['hub']['user']}@{mail['domain']}"
+
+
 def group_name(dn):
     r"""The Unix name of an LDAP group: the value of its DN's first RDN when
     that is a ``cn`` (RFC 4514 escapes undone), else the DN itself.
@@ -212,7 +223,7 @@ def extend_registration(settings):
 DERIVED = {
     f.__name__: f
     for f in (hub_api_ip, cluster_snapshot, public_url, internal_certs_location,
-              portal_groups, extend_registration)
+              mail_from, portal_groups, extend_registration)
 }  # fmt: skip
 """What ``--derived NAME`` prints (lists one item per line)."""
 
