@@ -34,6 +34,7 @@ test:          ## install what the tests need, lint, start the cluster, run ever
 	@bash $(DEPLOY)/tls.sh ensure
 	@bash $(DEPLOY)/ldap.sh start
 	@bash $(DEPLOY)/slurm.sh start
+	@bash $(DEPLOY)/mail.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 lint:          ## ruff: lint and format check of the Python code; shellcheck of the shell

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole portal: up | down | status. `up` installs what is missing, starts
 # the embedded cluster (this host as the login node, [cluster] nodes compute
-# nodes; unless [cluster] embedded = false) and the hub, and returns once the
-# login page answers.
+# nodes; unless [cluster] embedded = false), the mail server ([mail]) and the
+# hub, and returns once the login page answers.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
@@ -20,6 +20,7 @@ case ${1:-} in
             "$DEPLOY_DIR/ldap.sh" start
             "$DEPLOY_DIR/slurm.sh" start
         fi
+        "$DEPLOY_DIR/mail.sh" start   # after nslcd: it delivers to the LDAP users
         # The proxy's token is made anew at every start of the proxy: stop
         # both, so each `make up` rotates it (sessions keep running; the
         # hub puts their routes back as it starts).
@@ -30,6 +31,7 @@ case ${1:-} in
         ;;
     down)
         "$DEPLOY_DIR/hub.sh" stop
+        "$DEPLOY_DIR/mail.sh" stop
         if embedded; then
             "$DEPLOY_DIR/slurm.sh" stop
             "$DEPLOY_DIR/ldap.sh" stop
@@ -38,6 +40,7 @@ case ${1:-} in
     status)
         rc=0
         "$DEPLOY_DIR/hub.sh" status || rc=$?
+        "$DEPLOY_DIR/mail.sh" status || rc=$?
         if embedded; then
             "$DEPLOY_DIR/ldap.sh" status || rc=$?
             "$DEPLOY_DIR/slurm.sh" status || rc=$?
