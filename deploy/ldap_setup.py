@@ -23,8 +23,11 @@ The demo data, loaded only into an empty directory: groups portal-users
 (alice, bob, carol), portal-admins (carol), vision (alice) and guests (no
 members), and the users alice, bob, carol and eve. eve is a valid account
 that no group lists and whose primary group is guests, so the hub refuses
-her and `id eve` shows no portal group. A directory loaded before guests
-existed is migrated at start (the group added, eve moved to it).
+her and `id eve` shows no portal group. Each has the `mail` NAME@[mail]
+domain, which the login node's exim4 delivers to /var/mail/NAME
+(deploy/mail_setup.py). A directory loaded before guests existed is
+migrated at start (the group added, eve moved to it), and so is one whose
+demo users have no `mail` (the address added).
 The passwords are random, made at that first start, and kept only in the
 directory (hashed) and in the accounts file (root, 0600). To start over:
 stop, remove the LDAP directory and the accounts file, start.
@@ -96,6 +99,7 @@ class Layout:
     server_address: str
     ca_cert: str
     tls_cert: str
+    mail_domain: str
 
     @classmethod
     def of(cls, settings):
@@ -110,6 +114,7 @@ class Layout:
             ldap["server_address"],
             tls["ca_cert"],
             tls["cert"],
+            settings["mail"]["domain"],
         )
 
     data_dir = property(lambda self: self.ldap_dir / "data")
@@ -123,6 +128,10 @@ class Layout:
     # slapd listens on loopback only; nslcd and the hub use the configured address.
     listen_uri = property(lambda self: f"ldap://127.0.0.1:{self.port}/")
     server_uri = property(lambda self: f"ldap://{self.server_address}:{self.port}/")
+
+    def mail_of(self, name):
+        """A demo user's LDAP ``mail``: delivered on the login node ([mail] domain)."""
+        return f"{name}@{self.mail_domain}"
 
 
 # ---------------------------------------------------------------- pure
@@ -210,6 +219,7 @@ def demo_ldif(layout, hashes):
                 uid=uid,
                 gid=gid_of(group),
                 home=layout.home_root / name,
+                mail=layout.mail_of(name),
                 password_hash=hashes[name],
             )
         )
@@ -235,28 +245,44 @@ def accounts_json(passwords):
     return json.dumps(accounts, indent=2) + "\n"
 
 
-def migration(layout, gid_number):
+def migration(layout, read):
     """What brings a directory loaded by an older deploy/ldap.sh up to the
     demo data, as (LDIF for ldapmodify, [(user, new gid)]): the demo groups
     that are some demo user's primary group and are missing (guests) are
-    added, and the demo users whose gidNumber is still the old common one
-    (portal-users) move to their own primary group. Groups and members an
-    admin changed are left alone. ``gid_number(dn)`` reads an entry's
-    gidNumber ("" when the entry is missing)."""
+    added, the demo users whose gidNumber is still the old common one
+    (portal-users) move to their own primary group, and those without a
+    ``mail`` get theirs. Groups, members and addresses an admin changed are
+    left alone. ``read(dn)`` gives an entry's gidNumber and mail as
+    ``{attribute: value}`` (either may be missing), None when the entry is.
+
+    >>> from portal.settings import defaults
+    >>> read = lambda dn: {} if dn.startswith("uid=eve,") else {"mail": "x@y"}
+    >>> print(migration(Layout.of(defaults()), read)[0], end="")
+    dn: uid=eve,ou=people,dc=portal,dc=example
+    changetype: modify
+    add: mail
+    mail: eve@portal.localhost
+    <BLANKLINE>
+    """
     ldif, moved = [], []
     primary = {group for _, _, group, _, _ in DEMO_USERS}
     for name, _, _ in DEMO_GROUPS:
-        if name in primary and not gid_number(f"cn={name},{layout.groups_dn}"):
+        if name in primary and read(f"cn={name},{layout.groups_dn}") is None:
             ldif.append(group_entry(name, layout.groups_dn, "add"))
     for name, _, group, _, _ in DEMO_USERS:
+        dn = f"uid={name},{layout.people_dn}"
+        have = read(dn)
+        if have is None:
+            continue
+        changes = []
         gid = gid_of(group)
-        have = gid_number(f"uid={name},{layout.people_dn}")
-        if have == str(OLD_USERS_GID) and str(gid) != have:
-            ldif.append(
-                f"dn: uid={name},{layout.people_dn}\nchangetype: modify\n"
-                f"replace: gidNumber\ngidNumber: {gid}\n\n"
-            )
+        if have.get("gidNumber") == str(OLD_USERS_GID) and gid != OLD_USERS_GID:
+            changes.append(f"replace: gidNumber\ngidNumber: {gid}\n")
             moved.append((name, gid))
+        if not have.get("mail"):
+            changes.append(f"add: mail\nmail: {layout.mail_of(name)}\n")
+        if changes:
+            ldif.append(f"dn: {dn}\nchangetype: modify\n" + "-\n".join(changes) + "\n")
     return "".join(ldif), moved
 
 
@@ -359,36 +385,45 @@ def cmd_load_demo(settings):
     log(f"demo accounts in {layout.accounts_file} (deploy/ldap.sh accounts)")
 
 
-def gid_reader(layout):
-    """``gid_number(dn)``: the entry's gidNumber, read through slapd; "" when
-    the entry or the value is missing."""
+MIGRATED = ("gidNumber", "mail")
 
-    def gid_number(dn):
+
+def entry_reader(layout):
+    """``read(dn)``: the entry's gidNumber and mail (``migration``), read
+    through slapd, as ``{attribute: first value}``; None when it is missing."""
+
+    def read(dn):
         search = ["ldapsearch", "-x", "-ZZ", "-LLL", "-o", "ldif-wrap=no"]
         out = subprocess.run(
-            [*search, "-H", layout.listen_uri, "-b", dn, "-s", "base", "gidNumber"],
+            [*search, "-H", layout.listen_uri, "-b", dn, "-s", "base", *MIGRATED],
             env=ldap_env(layout),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        if out.returncode not in (0, 32):  # 32: no such object
+        if out.returncode == 32:  # no such object
+            return None
+        if out.returncode:
             raise DeployError(f"reading {dn} from slapd failed: {out.stdout}")
-        values = [line[11:] for line in out.stdout.splitlines() if line.startswith("gidNumber: ")]
-        return values[0] if values else ""
+        values = {}
+        for line in out.stdout.splitlines():
+            attr, sep, value = line.partition(": ")
+            if sep and attr in MIGRATED:
+                values.setdefault(attr, value)
+        return values
 
-    return gid_number
+    return read
 
 
 def cmd_migrate(settings):
     """Apply ``migration``: through slapd, as the admin DN over StartTLS, and
     the files of the moved users' homes; a second run changes nothing."""
     layout = Layout.of(settings)
-    ldif, moved = migration(layout, gid_reader(layout))
+    ldif, moved = migration(layout, entry_reader(layout))
     if not ldif:
         return
     count = sum(line.startswith("dn:") for line in ldif.splitlines())
-    log(f"migrating the directory: {count} entries (primary groups of the demo users)")
+    log(f"migrating the directory: {count} entries (the demo users' primary groups and mail)")
     modify = ["ldapmodify", "-x", "-ZZ", "-H", layout.listen_uri, "-D", layout.admin_dn]
     done = subprocess.run(
         [*modify, "-y", str(layout.admin_pw_file)],

@@ -123,28 +123,58 @@ def test_the_accounts_say_who_is_admin_and_in_which_groups():
     assert accounts["eve"]["groups"] == []
 
 
+PEOPLE = "ou=people,dc=portal,dc=example"
+
+
+def test_the_demo_users_have_a_mail_the_login_node_delivers():
+    data = entries(demo_ldif(LAYOUT, HASHES))
+    assert dict(data[f"uid=alice,{PEOPLE}"])["mail"] == "alice@portal.localhost"
+    site = merge(SETTINGS, {"mail": {"domain": "hpc.example.org"}})
+    data = entries(demo_ldif(Layout.of(site), HASHES))
+    assert dict(data[f"uid=eve,{PEOPLE}"])["mail"] == "eve@hpc.example.org"
+
+
 def test_an_older_directory_gets_guests_and_eve_moves_to_it():
-    older = {f"uid={u},ou=people,dc=portal,dc=example": "20000" for u in ("alice", "bob", "eve")}
-    older["cn=portal-users,ou=groups,dc=portal,dc=example"] = "20000"
-    ldif, moved = migration(LAYOUT, lambda dn: older.get(dn, ""))
+    mail = {"mail": "x@portal.localhost"}
+    older = {f"uid={u},{PEOPLE}": {"gidNumber": "20000", **mail} for u in ("alice", "bob", "eve")}
+    older["cn=portal-users,ou=groups,dc=portal,dc=example"] = {"gidNumber": "20000"}
+    ldif, moved = migration(LAYOUT, older.get)
     assert moved == [("eve", 20100)]
     changes = entries(ldif)
     assert list(changes) == [
         "cn=guests,ou=groups,dc=portal,dc=example",
-        "uid=eve,ou=people,dc=portal,dc=example",
+        f"uid=eve,{PEOPLE}",
     ]
     assert ("changetype", "add") in changes["cn=guests,ou=groups,dc=portal,dc=example"]
-    assert changes["uid=eve,ou=people,dc=portal,dc=example"][-1] == ("gidNumber", "20100")
+    assert changes[f"uid=eve,{PEOPLE}"][-1] == ("gidNumber", "20100")
+
+
+def test_demo_users_without_a_mail_get_theirs_in_the_same_change():
+    """A directory loaded before [mail]: each demo user gets NAME@domain;
+    eve, still in the old group, moves and gets hers in one modify."""
+    older = {f"uid={u},{PEOPLE}": {"gidNumber": "20000"} for u in ("alice", "eve")}
+    for group, gid in (("portal-users", "20000"), ("guests", "20100")):
+        older[f"cn={group},ou=groups,dc=portal,dc=example"] = {"gidNumber": gid}
+    ldif, moved = migration(LAYOUT, older.get)
+    assert moved == [("eve", 20100)]
+    changes = entries(ldif)
+    assert list(changes) == [f"uid=alice,{PEOPLE}", f"uid=eve,{PEOPLE}"]  # bob, carol: none
+    assert changes[f"uid=alice,{PEOPLE}"] == [
+        ("changetype", "modify"), ("add", "mail"), ("mail", "alice@portal.localhost")
+    ]  # fmt: skip
+    eve = "replace: gidNumber\ngidNumber: 20100\n-\nadd: mail\nmail: eve@portal.localhost\n"
+    assert eve in ldif
 
 
 def test_a_migrated_directory_or_an_admins_change_is_left_alone():
+    mail = {"mail": "someone@example.org"}  # an admin's address, kept
     now = {
-        "cn=guests,ou=groups,dc=portal,dc=example": "20100",
-        "cn=portal-users,ou=groups,dc=portal,dc=example": "20000",
-        "uid=eve,ou=people,dc=portal,dc=example": "20100",
-        "uid=bob,ou=people,dc=portal,dc=example": "20020",  # an admin's choice
+        "cn=guests,ou=groups,dc=portal,dc=example": {"gidNumber": "20100"},
+        "cn=portal-users,ou=groups,dc=portal,dc=example": {"gidNumber": "20000"},
+        f"uid=eve,{PEOPLE}": {"gidNumber": "20100", **mail},
+        f"uid=bob,{PEOPLE}": {"gidNumber": "20020", **mail},  # an admin's choice
     }
-    assert migration(LAYOUT, lambda dn: now.get(dn, "")) == ("", [])
+    assert migration(LAYOUT, now.get) == ("", [])
 
 
 def test_the_scripts_facts_survive_the_shell():
