@@ -304,6 +304,37 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         the first ``bind_dn_template`` that names an entry) and runs the
         login's group search. Raises LDAPException when the directory fails.
         """
+
+        def groups(conn, found, username, userdn):
+            member = self.group_search_filter.format(
+                userdn=escape_filter_chars(userdn), uid=escape_filter_chars(username)
+            )
+            return [
+                group
+                for group in self.allowed_groups or []
+                if found(group, member, self.group_attributes)
+            ]
+
+        return self._with_entry(username, groups)
+
+    def lookup_mail(self, username):
+        """The first ``mail`` of ``username``'s directory entry ("" when it
+        has none), or None when the account is not in the directory; found
+        and bound as ``lookup_groups`` does (blocking)."""
+
+        def mail(conn, found, username, userdn):
+            if not found(userdn, "(objectClass=*)", ["mail"]):
+                return ""
+            values = conn.entries[0].entry_attributes_as_dict.get("mail") or [""]
+            return str(values[0])
+
+        return self._with_entry(username, mail)
+
+    def _with_entry(self, username, then):
+        """``then(conn, found, username, userdn)`` on ``conn``, bound for
+        lookups, where ``userdn`` is ``username``'s entry; None when there is
+        none. ``found(base, filter, attributes)``: whether a base search
+        matched (its entries in ``conn.entries``)."""
         if self.lookup_dn:
             username, userdn = self.resolve_username(username)
             if userdn is None:
@@ -332,14 +363,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             userdn = next((dn for dn in candidates if found(dn, "(objectClass=*)")), None)
             if userdn is None:
                 return None
-            member = self.group_search_filter.format(
-                userdn=escape_filter_chars(userdn), uid=escape_filter_chars(username)
-            )
-            return [
-                group
-                for group in self.allowed_groups or []
-                if found(group, member, self.group_attributes)
-            ]
+            return then(conn, found, username, userdn)
         finally:
             conn.unbind()
 
