@@ -132,6 +132,7 @@ class SessionCard:
         nodes = self._job_nodes()
         memory = self.job_slice.memory_limit if self.job_slice else ""
         self.last_end = end_record(self.job_id, nodes, reason=reason, memory=memory)
+        self.notice_ended(describe_end(reason, memory))
         self.log.info(
             "Job %s of %s on %s is no longer in the queue: %s",
             self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
@@ -145,6 +146,7 @@ class SessionCard:
         says after how long idle (``ended_info``)."""
         idle = self.idle_seconds()
         self.last_end = end_record(self.job_id, self._job_nodes(), reason="", idle_seconds=idle)
+        self.notice_ended(f"the portal stopped it after {describe_seconds(idle)} idle")
         self.log.info(
             "Job %s of %s stopped by the idle culler after %s idle",
             self.job_id, self.user.name, describe_seconds(idle),

@@ -19,7 +19,7 @@ from portal.core.profiles import ProfileError, choose
 from portal.helper.imagecheck import ImageError, plain_path
 
 TEMPLATES = Path(__file__).parent / "templates"
-OPTION_KEYS = {"profile", "gpus", "hours", "nodes", "image"}
+OPTION_KEYS = {"profile", "gpus", "hours", "nodes", "image", "notify"}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _html = Environment(
@@ -62,7 +62,32 @@ def resolve(options, profiles, groups):
         options.get("gpus", 1), options.get("hours"), options.get("nodes")
     )
     user_image(options, profile)
+    notify_choice(options)
     return profile, job_slice
+
+
+def notify_choice(options):
+    """Whether ``options`` ask for notices by e-mail: the REST API's
+    ``"notify": true`` or the form's checked box ("on"); ProfileError for
+    anything else.
+
+    >>> notify_choice({"notify": True}), notify_choice({"notify": "on"}), notify_choice({})
+    (True, True, False)
+    >>> notify_choice({"notify": "yes please"})
+    Traceback (most recent call last):
+    ...
+    portal.core.profiles.ProfileError: notify must be true or false
+    """
+    value = options.get("notify", False)
+    if value is True or (isinstance(value, str) and value in ("on", "true")):
+        return True
+    if (
+        value is False
+        or value is None
+        or (isinstance(value, str) and value in ("", "off", "false"))
+    ):
+        return False
+    raise ProfileError("notify must be true or false", "notify")
 
 
 def user_image(options, profile):
@@ -113,7 +138,11 @@ def valid_options(profile, job_slice, options=None):
         "nodes": job_slice.nodes,
     }
     image = user_image(options or {}, profile)
-    return {**kept, "image": image} if image else kept
+    if image:
+        kept["image"] = image
+    if notify_choice(options or {}):
+        kept["notify"] = True
+    return kept
 
 
 def form_fields(formdata):
@@ -213,6 +242,7 @@ def chosen_values(profiles, last):
         "nodes": nodes if nodes and nodes <= current["offered_nodes"] else 1,
         "hours": hours if hours and hours <= current["max_hours"] else current["default_hours"],
         "image": str(last.get("image") or "") if same and current["user_images"] else "",
+        "notify": last.get("notify") is True,
     }
     return chosen, current, values
 
@@ -240,6 +270,7 @@ def render_options_form(offered, poller, last, link=None, username="you", quotas
         nodes_value=values["nodes"],
         hours_value=values["hours"],
         image_value=values["image"],
+        notify_value=values["notify"],
         username=username,
         link_notes=link_notes(link, current, values) if link else [],
         last=last,

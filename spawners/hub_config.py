@@ -407,6 +407,8 @@ def configure_spawner(c, settings):
     c.PortalSpawner.cluster_interval = slurm["cluster_interval"]
     c.PortalSpawner.unknown_grace = slurm["unknown_grace"]
     c.PortalSpawner.warn_minutes = slurm["warn_minutes"]
+    c.PortalSpawner.notice_from = site_settings.mail_from(settings)
+    c.PortalSpawner.notice_hub_url = site_settings.public_url(settings) + "hub/"
     c.JupyterHub.template_paths = [str(Path(__file__).parent / "templates")]
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]

@@ -31,6 +31,7 @@ from portal.settings import defaults
 from portal.slurm import commands as slurm
 from portal.slurm.model import snapshot_to_json
 
+from .notices import Notices
 from .quota import Quotas
 
 log = logging.getLogger("portal.poller")
@@ -79,6 +80,7 @@ class SlurmPoller:
         self.cluster_error = ""
         self.expected_start = {}  # Slice -> datetime
         self.quotas = Quotas(self)  # the GPUs each user may hold, read beside sinfo
+        self.notices = Notices()  # the e-mail notices, from each squeue's jobs
         self.squeue_calls = 0
         self._active = set()
         self._followed = {}  # job id -> (submitted, callback) of running sessions
@@ -221,6 +223,10 @@ class SlurmPoller:
             self._warned_unknown = False
             self.snapshot = Snapshot(jobs=jobs, started=started, ok=True)
             self._notify_gone()
+            try:
+                self.notices.update(jobs)
+            except Exception:
+                log.exception("The notices of this poll failed; the poll goes on")
         finally:
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()

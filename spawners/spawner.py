@@ -40,6 +40,7 @@ from . import form, quota, reach
 from .card import SessionCard
 from .container import ContainerSession
 from .form import LinkOptions
+from .notices import SessionNotices
 from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
 
@@ -47,7 +48,9 @@ STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSettings):
+class PortalSpawner(
+    SessionCerts, SessionCard, ContainerSession, SessionNotices, PortalSpawnerSettings
+):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.job_slice = None
@@ -179,6 +182,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
             raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
         await quota.check(self, job_slice)  # before anything runs as the user
+        await self.prepare_notices()
         await self.check_user_image()  # as the user, before anything is submitted
         container, container_env_prefix = self.container_exec(home)
         # The script itself exports the session's environment and opens its
@@ -212,6 +216,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
                 503, f"The scheduler did not accept the job: {e}. Please try again later."
             ) from None
         self.log.info("Slurm job %s submitted for %s", self.job_id, self.user.name)
+        self.follow_notices()
         return self.job_id
 
     async def cancel_batch_job(self):
@@ -400,6 +405,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
             return
         if reason == "idle":
             self._record_idle_end()
+        self.unfollow_notices()
         try:
             await self.cancel_batch_job()
         except slurm.SlurmError as e:
@@ -448,6 +454,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
             state["last_end"] = self.last_end
         if self.idle_timeout and self.job_slice and self.own_idle_limit:  # portal.core.idle
             state["idle_seconds"] = self.idle_seconds()
+        state.update(self.notices_state())
         return state
 
     def load_state(self, state):
@@ -468,6 +475,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
             self.last_end = state["last_end"]
         # a job from before the culler's arbiter shifts its reported activity itself
         self.own_idle_limit = "idle_seconds" in state
+        self.load_notices_state(state)
 
     def _forget_job(self):
         """clear_state for a job that ended by itself, but the server's API
@@ -480,6 +488,7 @@ class PortalSpawner(SessionCerts, SessionCard, ContainerSession, PortalSpawnerSe
 
     def clear_state(self):
         super().clear_state()
+        self.notice_address = ""
         self.job_slice = None
         self.profile = None
         self.gpu_indices = {}

@@ -14,6 +14,7 @@ import os
 from batchspawner import SlurmSpawner
 from traitlets import Any, Dict, Float, Integer, List, Unicode, default
 
+from portal import settings as site_settings
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
 from portal.settings import defaults
 
@@ -125,6 +126,20 @@ class PortalSpawnerSettings(SlurmSpawner):
         and again at 5 minutes; exported to the session as
         ``PORTAL_WARN_MINUTES``. 0: no notice. Default 15 (deploy/portal.toml
         [slurm] warn_minutes). Example: ``30``.""",
+    ).tag(config=True)
+    notice_from = Unicode(
+        site_settings.mail_from(defaults()),
+        help="""The From: address of the notices a session's user asked for
+        by e-mail (``spawners.notices``). Default: [mail] from, else the
+        hub's account at [mail] domain (``portal@portal.localhost``).
+        Example: ``"hpc-portal@example.org"``.""",
+    ).tag(config=True)
+    notice_hub_url = Unicode(
+        site_settings.public_url(defaults()) + "hub/",
+        help="""The hub's address as the notices give it (its home page,
+        where a session is extended, stopped or started again), with a
+        trailing slash. Default: from [hub] domain and bind_url
+        (``https://portal.localhost:8000/hub/``).""",
     ).tag(config=True)
 
     idle_timeout = Float(

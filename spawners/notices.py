@@ -1,0 +1,247 @@
+"""Notices by e-mail to a session's user (issue 26), when they asked for
+them (the spawn form's box, the REST API's ``"notify": true``): when a
+session that queued starts, ``warn_minutes`` before its time limit, and
+when it ends without their stopping it (its time limit, a node failure, the
+idle culler, out of memory).
+
+The events come from one place, the shared poll: after each squeue the
+poller hands its jobs to ``Notices.update``, which compares them with what
+it saw before; an end comes from the spawner's record of it (sacct's
+reason), made when the shared poll finds the job gone. Each notice is sent
+once per job (``sent``, kept in the spawner's state across a hub restart)
+and logged. Mail goes to the address in the user's LDAP ``mail``, looked up
+when the session is submitted, through the login node's
+``/usr/sbin/sendmail`` (deploy/mail.sh), as the hub's account.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+
+from tornado import web
+
+from portal.slurm.commands import MINIMAL_ENV
+
+log = logging.getLogger("portal.notices")
+
+SENDMAIL = "/usr/sbin/sendmail"
+SEND_TIMEOUT = 30
+
+
+@dataclass
+class Followed:
+    """What a notice of one session says, and what has been sent of it."""
+
+    user: str
+    address: str
+    session: str  # the session's name as the user knows it: its profile's
+    link: str  # where the session is opened
+    home: str  # the portal's home page: extend, stop, relaunch
+    slice: str  # the slice as the spawn page says it
+    warn_minutes: int
+    sent: set = field(default_factory=set)  # "started", "ending", "ended"
+    seen_pending: bool = False
+
+
+def message(kind, job, target, sender, detail=""):
+    """The notice ``kind`` ("started", "ending", "ended") of ``job`` (the
+    poll's Job, or None once it is gone; its id as ``detail`` then names
+    it) for ``target``, as an EmailMessage from ``sender``."""
+    job_id = job.id if job else detail.split("|")[0]
+    node = ", ".join(job.nodes) if job and job.nodes else "none now"
+    end = job.end.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if job and job.end else "-"
+    subjects = {
+        "started": f"Your session {target.session} has started (Slurm job {job_id})",
+        "ending": f"Your session {target.session} ends in {target.warn_minutes} minutes "
+        f"(Slurm job {job_id})",
+        "ended": f"Your session {target.session} has ended (Slurm job {job_id})",
+    }
+    openers = {
+        "started": "your session has started, after waiting in the queue.",
+        "ending": f"your session reaches its time limit in {target.warn_minutes} minutes: "
+        "save your work, or extend the session from the portal's home page.",
+        "ended": "your session has ended without your stopping it: "
+        + (detail.split("|", 1)[1] if "|" in detail else "Slurm no longer lists it")
+        + ".",
+    }
+    lines = [
+        f"Hello {target.user},",
+        "",
+        openers[kind],
+        "",
+        f"Session:    {target.session}",
+        f"Slurm job:  {job_id}",
+        f"Node:       {node}",
+        f"GPUs:       {target.slice}",
+        f"Time limit: {end}",
+        f"Open it:    {target.link}" if kind != "ended" else f"Portal:     {target.home}",
+        "",
+        "You get this mail because you asked for notices when you started the session.",
+    ]
+    mail = EmailMessage()
+    mail["From"] = sender
+    mail["To"] = target.address
+    mail["Subject"] = subjects[kind]
+    mail["Date"] = formatdate(localtime=False)
+    mail["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
+    mail["Auto-Submitted"] = "auto-generated"
+    mail.set_content("\n".join(lines) + "\n")
+    return mail
+
+
+async def sendmail(mail, timeout=SEND_TIMEOUT):
+    """Hand ``mail`` to the login node's sendmail (recipients from its
+    headers); RuntimeError with sendmail's words when it refuses."""
+    proc = await asyncio.create_subprocess_exec(
+        SENDMAIL, "-oi", "-t",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, env=dict(MINIMAL_ENV),
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(mail.as_bytes()), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"sendmail gave no answer within {timeout} s") from None
+    if proc.returncode:
+        words = out.decode(errors="replace").strip()[:300]
+        raise RuntimeError(f"sendmail failed ({proc.returncode}): {words}")
+
+
+class Notices:
+    """The notices of one hub's sessions (its poller holds one)."""
+
+    def __init__(self, sender="", send=sendmail):
+        self.sender = sender
+        self.send = send
+        self.followed = {}  # job id -> Followed
+        self._sending = set()
+
+    def follow(self, job_id, target):
+        self.followed[str(job_id)] = target
+
+    def unfollow(self, job_id):
+        return self.followed.pop(str(job_id), None)
+
+    def update(self, jobs, now=None):
+        """The shared poll's new squeue (``{id: Job}``): a followed job
+        that was seen pending and now runs has started; a running one within
+        its ``warn_minutes`` of its end is ending."""
+        now = now or datetime.now(UTC)
+        for job_id, target in list(self.followed.items()):
+            job = jobs.get(job_id)
+            if job is None:
+                continue
+            if job.pending:
+                target.seen_pending = True
+            elif job.running and target.seen_pending:
+                self.notify("started", job, target)
+            if job.running and job.end and target.warn_minutes > 0:
+                if (job.end - now).total_seconds() <= target.warn_minutes * 60:
+                    self.notify("ending", job, target)
+
+    def ended(self, job_id, reason):
+        """The job ``job_id`` ended without a stop of its user's (``reason``:
+        how, from sacct or the culler); it is no longer followed."""
+        target = self.unfollow(job_id)
+        if target is not None:
+            self.notify("ended", None, target, f"{job_id}|{reason}")
+
+    def notify(self, kind, job, target, detail=""):
+        """Send notice ``kind`` of a job once, in the background (the poll
+        goes on), logged either way."""
+        if kind in target.sent:
+            return
+        target.sent.add(kind)
+        try:
+            mail = message(kind, job, target, self.sender, detail)
+        except (ValueError, TypeError) as e:  # a header it cannot be (logged, never sent)
+            log.error("Notice %r to %s could not be written: %s", kind, target.user, e)
+            return
+        task = asyncio.ensure_future(self._send(kind, mail, target))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, kind, mail, target):
+        try:
+            await self.send(mail)
+        except Exception as e:  # noqa: BLE001 (logged: a notice never stops the poll)
+            log.error("Notice %r to %s <%s> failed: %s", kind, target.user, target.address, e)
+            return
+        log.info("Notice %r sent to %s <%s>: %s", kind, target.user, target.address,
+                 mail["Subject"])  # fmt: skip
+
+
+class SessionNotices:
+    """PortalSpawner's side of the notices: the address looked up before
+    the submission, the job followed after it, and what was sent kept in
+    the state."""
+
+    notice_address = ""  # the user's LDAP mail, while a session asked for notices
+
+    async def prepare_notices(self):
+        """When the options ask for notices, the user's LDAP ``mail``: a
+        session is refused (HTTP 400, nothing submitted) when they have none."""
+        self.notice_address = ""
+        if not (self.last_options or {}).get("notify"):
+            return
+        lookup = getattr(self.authenticator, "lookup_mail", None)
+        try:
+            address = await asyncio.to_thread(lookup, self.user.name) if lookup else None
+        except Exception as e:  # noqa: BLE001 (LDAP failing: said, and nothing submitted)
+            self.log.error("LDAP lookup of %s's mail failed: %s", self.user.name, e)
+            raise web.HTTPError(
+                503, "The directory did not answer for your e-mail address: try again, "
+                "or start without notices.",
+            ) from None  # fmt: skip
+        if not address:
+            raise web.HTTPError(
+                400, "You asked for notices by e-mail, but your account has no e-mail "
+                "address in the directory (LDAP mail): ask your admin, or start without "
+                "notices.",
+            )  # fmt: skip
+        self.notice_address = address
+
+    def follow_notices(self, sent=()):
+        """Follow the submitted job for its notices (``sent``: those sent before)."""
+        if not (self.notice_address and self.job_id):
+            return
+        notices = self.poller.notices
+        notices.sender = self.notice_from
+        host = getattr(self.user, "host", "") or ""
+        slice_ = self.job_slice.describe() if self.job_slice else ""
+        notices.follow(
+            self.job_id,
+            Followed(
+                user=self.user.name, address=self.notice_address,
+                session=self.profile.display_name if self.profile else "Jupyter",
+                link=f"{host}{self.user.url}", home=f"{self.notice_hub_url}home",
+                slice=slice_, warn_minutes=self.warn_minutes, sent=set(sent),
+            ),
+        )  # fmt: skip
+
+    def notices_state(self):
+        if not (self.notice_address and self.job_id):
+            return {}
+        target = self.poller.notices.followed.get(str(self.job_id))
+        sent = sorted(target.sent) if target else []
+        return {"notices": {"address": self.notice_address, "sent": sent}}
+
+    def load_notices_state(self, state):
+        saved = state.get("notices")
+        if isinstance(saved, dict) and isinstance(saved.get("address"), str):
+            self.notice_address = saved["address"]
+            self.follow_notices([s for s in saved.get("sent", []) if isinstance(s, str)])
+
+    def notice_ended(self, why):
+        """The job ended without a stop of its user's: ``why``, in words."""
+        if self.job_id:
+            self.poller.notices.ended(self.job_id, why)
+
+    def unfollow_notices(self):
+        """The user (or an admin) stops the session: no notice of its end."""
+        if self.job_id:
+            self.poller.notices.unfollow(self.job_id)
