@@ -1,0 +1,141 @@
+"""The notices' events and messages (issue 26), without Slurm or a mail
+server: the poll's jobs are made here and the sender collects. The real
+poll, LDAP and exim4 are exercised by tests/integration/test_notices.py."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tornado import web
+
+from portal.core.profiles import ProfileError
+from portal.slurm.model import Job
+from spawners import form
+from spawners.notices import Followed, Notices, message
+from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (a fixture)
+
+NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
+
+
+def job(state, end=None, nodes=("n1",)):
+    return Job("77", "alice", state, nodes if state == "RUNNING" else (), "None", None,
+               end, "gres:gpu:1", "gpu", 60)  # fmt: skip
+
+
+def target():
+    return Followed(user="alice", address="alice@portal.localhost", session="PyTorch",
+                    link="https://alice.portal.localhost:8000/user/alice/",
+                    home="https://portal.localhost:8000/hub/home",
+                    slice="1 GPU, 8 cores, 48 GB, 1 h", warn_minutes=15)  # fmt: skip
+
+
+async def collected(notices, *updates):
+    sent = []
+
+    async def send(mail):
+        sent.append(mail)
+
+    notices.send = send
+    for jobs in updates:
+        if callable(jobs):
+            jobs()
+        else:
+            notices.update(jobs, NOW)
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    return sent
+
+
+async def test_a_queued_session_that_starts_is_told_once():
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    end = NOW + timedelta(hours=1)
+    sent = await collected(
+        notices, {"77": job("PENDING")}, {"77": job("RUNNING", end)}, {"77": job("RUNNING", end)}
+    )
+    assert [m["Subject"] for m in sent] == ["Your session PyTorch has started (Slurm job 77)"]
+    body = sent[0].get_content()
+    assert "Node:       n1" in body and "Time limit: 2026-11-27 09:00 UTC" in body
+    assert "Open it:    https://alice.portal.localhost:8000/user/alice/" in body
+    assert sent[0]["To"] == "alice@portal.localhost"
+    assert sent[0]["From"] == "portal@portal.localhost"
+
+
+async def test_a_session_that_never_queued_is_not_told_it_started():
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    sent = await collected(notices, {"77": job("RUNNING", NOW + timedelta(hours=1))})
+    assert sent == []
+
+
+async def test_warn_minutes_before_the_end_and_at_an_end_not_the_users():
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    sent = await collected(
+        notices,
+        {"77": job("RUNNING", NOW + timedelta(minutes=30))},
+        {"77": job("RUNNING", NOW + timedelta(minutes=14))},
+        {"77": job("RUNNING", NOW + timedelta(minutes=13))},
+        lambda: notices.ended("77", "it reached its time limit"),
+        lambda: notices.ended("77", "again"),
+    )
+    assert [m["Subject"] for m in sent] == [
+        "Your session PyTorch ends in 15 minutes (Slurm job 77)",
+        "Your session PyTorch has ended (Slurm job 77)",
+    ]
+    assert "without your stopping it: it reached its time limit." in sent[1].get_content()
+    assert "Portal:     https://portal.localhost:8000/hub/home" in sent[1].get_content()
+    assert "77" not in notices.followed
+
+
+async def test_a_failed_send_is_logged_and_the_poll_goes_on(caplog):
+    notices = Notices(sender="portal@portal.localhost")
+
+    async def refuse(mail):
+        raise RuntimeError("sendmail failed (75): temporary failure")
+
+    notices.send = refuse
+    notices.follow("77", target())
+    notices.update({"77": job("PENDING")}, NOW)
+    notices.update({"77": job("RUNNING", NOW + timedelta(hours=1))}, NOW)
+    await asyncio.sleep(0.01)
+    assert "Notice 'started' to alice <alice@portal.localhost> failed" in caplog.text
+
+
+def test_a_header_cannot_be_injected_through_the_session_name():
+    bad = target()
+    bad.session = "x\nBcc: eve@example.org"
+    with pytest.raises(ValueError):
+        message("started", job("RUNNING"), bad, "portal@portal.localhost").as_bytes()
+
+
+@pytest.mark.parametrize("value", ["yes", 1, ["on"], {"a": 1}])
+def test_notify_takes_true_or_false_only(value):
+    with pytest.raises(ProfileError, match="notify must be true or false"):
+        form.notify_choice({"notify": value})
+
+
+async def test_a_session_with_notices_needs_an_address(runner):  # noqa: F811
+    s = spawner("unit-notices-address")
+    s.authenticator = type("A", (), {"lookup_mail": staticmethod(lambda name: "")})()
+    s.user_options = {"gpus": "1", "hours": "1", "notify": True}
+    with pytest.raises(web.HTTPError) as refused:
+        await s.submit_batch_script()
+    assert refused.value.status_code == 400
+    assert "no e-mail address in the directory" in refused.value.log_message
+    assert not [argv for argv in runner.calls if "sbatch" in argv]
+
+
+async def test_the_address_and_what_was_sent_survive_a_hub_restart(runner):  # noqa: F811
+    s = spawner("unit-notices-state")
+    s.authenticator = type("A", (), {"lookup_mail": staticmethod(lambda name: "me@x.org")})()
+    s.user_options = {"gpus": "1", "hours": "1", "notify": True}
+    await s.submit_batch_script()
+    s.poller.notices.followed["4242"].sent.add("started")
+    state = s.get_state()
+    assert state["notices"] == {"address": "me@x.org", "sent": ["started"]}
+    s.poller.notices.unfollow("4242")
+    restored = spawner("unit-notices-state")
+    restored.load_state(state)
+    assert restored.poller.notices.followed["4242"].sent == {"started"}
+    assert restored.poller.notices.followed["4242"].address == "me@x.org"
