@@ -35,6 +35,14 @@ def cluster():
 
 
 @pytest.fixture(scope="session")
+def mail_server(cluster):
+    """exim4 up on the login node (idempotent), after slapd and nslcd."""
+    result = deploy("mail.sh", "start", check=False)
+    assert result.returncode == 0, result.stderr
+    return True
+
+
+@pytest.fixture(scope="session")
 def accounts(cluster):
     users = json.loads(deploy("ldap.sh", "accounts").stdout)
     return {a["username"]: a for a in users}

@@ -13,21 +13,12 @@ from pathlib import Path
 import pytest
 
 from portal import settings
-from tests.support.testhub import deploy
 
 SITE = settings.load()
 URI = f"ldap://127.0.0.1:{SITE['ldap']['server_port']}"
 PEOPLE = f"ou=people,{SITE['ldap']['base_dn']}"
 HUB_USER = SITE["hub"]["user"]
 MAILBOXES = Path("/var/mail")
-
-
-@pytest.fixture(scope="module")
-def mail_server(cluster):
-    """exim4 up (idempotent), after slapd and nslcd."""
-    result = deploy("mail.sh", "start", check=False)
-    assert result.returncode == 0, result.stderr
-    return True
 
 
 def ldap_mail(name):

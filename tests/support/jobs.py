@@ -63,12 +63,19 @@ def occupy_all_nodes_but_one():
     (outside the portal, as another team's work would), so a test of a full
     node sees a full cluster. Returns ``(free_node, total_gpus)``; cancel with
     ``release_nodes()``."""
+    return occupy_nodes(leave_free=1)
+
+
+def occupy_nodes(leave_free=0):
+    """Take every GPU of every compute node but the first ``leave_free`` with
+    a job of root's, one a node (root's jobs are held to no QOS limit).
+    Returns ``(first node, total_gpus)``; cancel with ``release_nodes()``."""
     out = subprocess.run(
         ["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True, check=True
     ).stdout
     rows = (line.split() for line in out.splitlines())
     nodes = [(name, int(gres.split(":")[-1])) for name, gres in rows]
-    for name, gpus in nodes[1:]:
+    for name, gpus in nodes[leave_free:]:
         subprocess.run(
             ["sbatch", "-J", FILLER, "-w", name, f"--gres=gpu:{gpus}", "-t", "30",
              "-o", "/dev/null", "--wrap", "sleep 1800"],
