@@ -69,7 +69,8 @@ log = logger("images")
 
 # What a build makes of the same environments: bump it when that changes in
 # a way the record (image_source) does not see, so each image is rebuilt.
-RECIPE = 2  # 2: no setuid/setgid file, no folder writable by all
+RECIPE = 3  # 2: no setuid/setgid file, no folder writable by all; 3: no device
+# file, everything root's and writable by root alone, no munge key
 SOURCE_FILE = "etc/portal-image-source.json"  # inside the image: what it was built from
 BASE = ".debian-base"  # in DEST, while ensure builds several images
 CHECK_USER = "nobody"  # who checks a new image: anyone may run it
@@ -303,15 +304,24 @@ def size_of(path):
 
 
 def harden(root):
-    """No file of the image ``root`` is setuid or setgid, and no folder is
-    writable by all: the image sits on the host, world-readable, where any
-    user could run a setuid copy of su or mount with its real effect (long
-    after the host's own are patched), or leave files in its /var/tmp for
-    the next user's session. Inside ch-run neither was of any use (no
-    setuid in its namespace; the host's /tmp is bound over the image's)."""
+    """Nothing of the image ``root`` acts on the host: the image sits there,
+    world-readable, where any user could run a setuid copy of su or mount
+    with its real effect (long after the host's own are patched), open its
+    device files (mmdebstrap's /dev/console is 0666: the host's console,
+    to any user; the host's is root's alone), or leave files in a folder
+    writable by all (its /var/tmp) or by another account (munge's, uid 100
+    here, mail's, staff's) for the next user's session. So: no setuid or
+    setgid file, no device file, every file root's and writable by root
+    alone, and no munge key (the session binds the host's /run/munge, whose
+    socket it uses). Inside ch-run none of these did anything (no setuid in
+    its namespace, the host's /dev and /tmp bound over the image's)."""
+    run(["find", str(root), "-xdev", "(", "-type", "b", "-o", "-type", "c", ")",
+         "-delete"])  # fmt: skip
+    run(["rm", "-f", str(root / "etc/munge/munge.key")])
+    run(["chown", "-hR", "root:root", str(root)])
     run(["find", str(root), "-xdev", "-type", "f", "-perm", "/6000",
          "-exec", "chmod", "ug-s", "{}", "+"])  # fmt: skip
-    run(["find", str(root), "-xdev", "-type", "d", "-perm", "-0002",
+    run(["find", str(root), "-xdev", "!", "-type", "l", "-perm", "/0022",
          "-exec", "chmod", "go-w,-t", "{}", "+"])  # fmt: skip
 
 

@@ -178,3 +178,30 @@ def test_an_image_keeps_no_setuid_file_and_no_folder_writable_by_all(tmp_path):
     harden(tmp_path)
     assert su.stat().st_mode & 0o7777 == 0o755
     assert (tmp_path / "var/tmp").stat().st_mode & 0o7777 == 0o755
+
+
+def test_an_image_keeps_no_device_file_nothing_of_another_account_and_no_munge_key(tmp_path):
+    """What an attacker's review found in the built images (issue 25):
+    mmdebstrap's /dev/console 0666 (the host's console, to any user),
+    munge's files of uid 100, /var/mail writable by group mail."""
+    import os
+    import stat
+
+    (tmp_path / "dev").mkdir()
+    os.mknod(tmp_path / "dev/console", 0o666 | stat.S_IFCHR, os.makedev(5, 1))
+    (tmp_path / "etc/munge").mkdir(parents=True)
+    (tmp_path / "etc/munge/munge.key").write_text("k")
+    os.chown(tmp_path / "etc/munge", 100, 101)
+    mail = tmp_path / "var/mail"
+    mail.mkdir(parents=True)
+    mail.chmod(0o2775)
+    os.chown(mail, 0, 8)
+    (tmp_path / "bin").symlink_to("usr/bin")
+    harden(tmp_path)
+    assert not (tmp_path / "dev/console").exists() and (tmp_path / "dev").is_dir()
+    assert not (tmp_path / "etc/munge/munge.key").exists()
+    for path in (tmp_path / "etc/munge", mail):
+        info = path.stat()
+        assert (info.st_uid, info.st_gid) == (0, 0), path
+        assert not info.st_mode & 0o022, path
+    assert (tmp_path / "bin").is_symlink()
