@@ -62,8 +62,16 @@ FRAMEWORK_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 OUTPUT_CAP = 32 * 1024  # bytes read from the check; the rest is read and dropped
 LINE_CAP, LINES_CAP, MESSAGE_CAP = 300, 60, 1000  # characters of a line, lines, the verdict
 # The check's own limits, for an image's code run outside any Slurm job
-# (a user's, on the hub's host): CPU seconds, and the largest file it may write.
+# (a user's, on the hub's host): CPU seconds, the largest file it may write,
+# the memory of each process (its data: importing TensorFlow takes 0.3 GB),
+# and the processes of its user (a fork bomb's ceiling).
 CPU_SECONDS, FILE_BYTES = CHECK_TIMEOUT, 64 * 2**20
+DATA_BYTES, PROCESSES = 8 * 2**30, 4096
+# How long the check's leftovers may take to stop before they are killed anyway.
+END_SECONDS = 10.0
+# Control characters of an image's answer (C0 but tab, DEL, C1): a terminal
+# that shows the hub's log would obey them.
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Where a session binds the host's Slurm client files (the image's squeue
 # reads its configuration, and reaches munged through its socket).
 SLURM_BINDS = ("/etc/slurm", "/run/munge")
@@ -319,7 +327,10 @@ def check_result(image, returncode, output):
     ... # doctest: +NORMALIZE_WHITESPACE
     image /img/y does not run: ch-run[7]: error: can't execve(2): /usr/bin/python3:
     No such file or directory
+    >>> check_result("/img/z", 1, "FAIL torch: \x1b[2Jfake\\x9b").message
+    'image /img/z: torch: ?[2Jfake?'
     """
+    output = CONTROL_RE.sub("?", output)
     lines = [line[:LINE_CAP] for line in output.splitlines() if line.strip()][-LINES_CAP:]
     failed = [line[len("FAIL ") :] for line in lines if line.startswith("FAIL ")]
     if failed:
@@ -412,43 +423,76 @@ def helper_argv(image, jupyter_env, framework=None, framework_env=None, points=(
 
 
 def _limits():
-    """In the check's process, before ch-run: its CPU time and file sizes."""
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
+    """In the check's process, before ch-run: its CPU time, file sizes,
+    memory and processes."""
+    for limit, value in (
+        (resource.RLIMIT_CPU, CPU_SECONDS),
+        (resource.RLIMIT_FSIZE, FILE_BYTES),
+        (resource.RLIMIT_DATA, DATA_BYTES),
+        (resource.RLIMIT_NPROC, PROCESSES),
+    ):
+        soft, hard = resource.getrlimit(limit)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(limit, (value, value))
 
 
-def _children():
-    """The PIDs whose parent is this process."""
-    me, found = str(os.getpid()), []
+def _descendants():
+    """``{pid: state}`` of every process below this one (``/proc/PID/stat``'s
+    state: "T" stopped, "Z" a zombie, ...)."""
+    parents = {}
     for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
-        if stat[stat.rindex(")") + 2 :].split()[1] == me:
-            found.append(int(entry))
-    return found
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        parents[int(entry)] = (int(ppid), state)
+    below, found = {os.getpid()}, {}
+    while True:
+        new = {pid: state for pid, (ppid, state) in parents.items()
+               if ppid in below and pid not in below}  # fmt: skip
+        if not new:
+            return found
+        found.update(new)
+        below.update(new)
 
 
-def end_descendants(rounds=100):
-    """SIGKILL every process left of the check: this process is their
-    subreaper, so one that left its parent (a daemon, a double fork) is a
-    child of this one; killed round after round until none is left."""
-    for _ in range(rounds):
-        children = _children()
-        if not children:
+def _signal(pids, number):
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except OSError:
+            pass
+
+
+def end_descendants(seconds=END_SECONDS):
+    """End every process left of the check. This process is their
+    subreaper: one that left its parent (a daemon, a double fork) is a
+    child of this one. Killed one round after another, a chain of forks
+    outran the kills (a new child each time its parent was killed); so
+    every one is first stopped (SIGSTOP, which it cannot catch: a stopped
+    process forks no more), round after round until none of them runs
+    (or ``seconds`` have passed), then all are killed and reaped."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = _descendants()
+        if not found:
             return
-        for pid in children:
+        running = [pid for pid, state in found.items() if state not in "TtZX"]
+        if running and time.monotonic() < deadline:
+            _signal(running, signal.SIGSTOP)
+            continue
+        _signal(found, signal.SIGKILL)
+        while True:  # reap: the killed, and what they leave to this subreaper
             try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in children:
-            try:
-                os.waitpid(pid, 0)
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    break
             except ChildProcessError:
-                pass
+                break
+        time.sleep(0.01)
 
 
 def confined_check(image, steps, env, timeout=CHECK_TIMEOUT):

@@ -230,3 +230,46 @@ print(json.dumps(result.to_dict()))
     assert len(result["message"]) <= imagecheck.MESSAGE_CAP
     daemon = int(marker.read_text())
     assert not os.path.exists(f"/proc/{daemon}"), "the check left its daemon running"
+
+
+def test_a_chain_of_forks_that_outran_the_kills_is_stopped_then_killed(tmp_path):
+    """What an attacker's review found (issue 25): an image's code whose
+    process forks, exits, and its child does the same for seconds, then
+    sleeps, outran a check that killed round after round, and left a
+    process of the user's behind on the hub's host. ch-run replaced (this
+    test only) by such a chain: nothing of it is left once the check
+    returns, nor after the chain would have ended. Each fork writes the
+    child's pid to a file: every one of them must be gone."""
+    pids = tmp_path / "pids"
+    chain = tmp_path / "chain.py"
+    chain.write_text(
+        "import os, sys, time\n"
+        "print('FAIL torch: no module'); print('done'); sys.stdout.flush()\n"
+        "os.close(1); os.close(2)\n"
+        "end = time.monotonic() + 3\n"
+        "while time.monotonic() < end:\n"
+        "    if os.fork():\n"
+        "        os._exit(0)\n"
+        f"    with open({str(pids)!r}, 'a') as f:\n"
+        "        f.write(f'{os.getpid()}\\n')\n"
+        "os.execvp('sleep', ['sleep', '301'])\n"
+    )
+    fake = tmp_path / "ch-run"
+    fake.write_text(f"#!/bin/sh\nexec /usr/bin/python3 {chain}\n")
+    fake.chmod(0o755)
+    code = f"""
+import json, runpy
+check = runpy.run_path({imagecheck.__file__!r})
+env = {{"PATH": "{tmp_path}:/usr/bin:/bin", "USER": "x", "HOME": {str(tmp_path)!r}}}
+result = check["confined_check"]("/img/x", check["check_steps"]("/j"), env, timeout=30)
+print(json.dumps(result.to_dict()))
+"""
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not json.loads(proc.stdout)["ok"]
+    import time
+
+    time.sleep(4)  # past the chain's 3 s: a process it left would be sleeping now
+    left = [pid for pid in pids.read_text().split() if os.path.exists(f"/proc/{pid}")]
+    assert not left, f"the check left {len(left)} process(es) of the chain"
