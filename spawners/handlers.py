@@ -49,6 +49,7 @@ from .internal_tls import hub_client_context
 PORT_ROUTE = r"/api/batchspawner"
 EXTEND_ROUTE = r"/portal/sessions/([^/]+)/extend"
 GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
+NOTICES_ROUTE = r"/portal/notices"
 # Seconds the card's GPU figures may take to come from the session.
 GPUS_TIMEOUT = 5.0
 NOTICE_COOKIE = "portal-notice"
@@ -237,6 +238,27 @@ class SessionExtendHandler(BaseHandler):
                     return
         except TimeoutError:
             pass
+
+
+class NoticesHandler(BaseHandler):
+    """``GET /hub/portal/notices?since=N``: the user's own notices after id
+    N (a queued session started, one ends soon, one ended), as JSON, for
+    the desktop notifications of the hub's pages (templates/page.html). From
+    the hub's memory (``spawners.notices``, fed by the shared poll): no Slurm
+    query, whatever the number of open pages."""
+
+    @web.authenticated
+    def get(self):
+        try:
+            since = int(self.get_argument("since", "-1"))
+        except ValueError:
+            raise web.HTTPError(400, "since must be a whole number") from None
+        user = self.current_user
+        poller = getattr(user.spawner, "poller", None)
+        events, last = poller.notices.events_for(user.name, since) if poller else ([], 0)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"events": events, "last": last}))
 
 
 class SessionGPUsHandler(BaseHandler):

@@ -39,9 +39,9 @@ def install_routes(store):
     imported. Replaced: batchspawner's port report (it sets any spawner
     attribute it is sent), ``UserServerAPIHandler`` and ``SpawnHandler`` (a
     stop during a spawn answered 500), ``HomeHandler`` (the card's notice);
-    added: the card's extension (with the profile store ``store``) and GPU
-    figures. Fails, and with it the hub's start, if a replaced handler has no
-    route any more.
+    added: the card's extension (with the profile store ``store``), GPU
+    figures and the pages' notices. Fails, and with it the hub's start, if a
+    replaced handler has no route any more.
     """
     import batchspawner.api  # noqa: F401 (registers the handler replaced here)
     from jupyterhub import apihandlers, handlers
@@ -59,6 +59,7 @@ def install_routes(store):
         ours.PORT_ROUTE: (ours.PortReportHandler,),
         ours.EXTEND_ROUTE: (ours.SessionExtendHandler, {"store": store}),
         ours.GPUS_ROUTE: (ours.SessionGPUsHandler,),
+        ours.NOTICES_ROUTE: (ours.NoticesHandler,),
     }
     lists = (handlers.default_handlers, apihandlers.default_handlers)
     for routes in lists:

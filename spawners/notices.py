@@ -1,8 +1,12 @@
-"""Notices by e-mail to a session's user (issue 26), when they asked for
-them (the spawn form's box, the REST API's ``"notify": true``): when a
-session that queued starts, ``warn_minutes`` before its time limit, and
-when it ends without their stopping it (its time limit, a node failure, the
-idle culler, out of memory).
+"""Notices to a session's user (issue 26): when a session that queued
+starts, ``warn_minutes`` before its time limit, and when it ends without
+their stopping it (its time limit, a node failure, the idle culler, out of
+memory). In the browser, for every session: the hub's pages show each as a
+desktop notification (the Notification API, once the user allowed it on
+the spawn page), from ``GET /hub/portal/notices`` (``events_for``: the
+hub's memory, no Slurm query) and, on the spawn's progress page, from the
+progress stream. By e-mail, when they asked for it (the spawn form's box,
+the REST API's ``"notify": true``).
 
 The events come from one place, the shared poll: after each squeue the
 poller hands its jobs to ``Notices.update``, which compares them with what
@@ -15,7 +19,10 @@ when the session is submitted, through the login node's
 """
 
 import asyncio
+import itertools
 import logging
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -29,6 +36,7 @@ log = logging.getLogger("portal.notices")
 
 SENDMAIL = "/usr/sbin/sendmail"
 SEND_TIMEOUT = 30
+KEPT_EVENTS = 20  # a user's latest notices the pages may still fetch
 
 
 @dataclass
@@ -36,7 +44,7 @@ class Followed:
     """What a notice of one session says, and what has been sent of it."""
 
     user: str
-    address: str
+    address: str  # "": the browser only
     session: str  # the session's name as the user knows it: its profile's
     link: str  # where the session is opened
     home: str  # the portal's home page: extend, stop, relaunch
@@ -118,7 +126,16 @@ class Notices:
         self.sender = sender
         self.send = send
         self.followed = {}  # job id -> Followed
+        self.events = {}  # user -> deque of their latest notices, for the pages
+        self._ids = itertools.count(1)
         self._sending = set()
+
+    def events_for(self, user, since):
+        """``(events after id since, the latest id)`` of ``user``'s notices
+        (``since`` < 0: none, only the latest id: a page just opened)."""
+        kept = self.events.get(user, ())
+        last = kept[-1]["id"] if kept else 0
+        return ([e for e in kept if e["id"] > since] if since >= 0 else []), last
 
     def follow(self, job_id, target):
         self.followed[str(job_id)] = target
@@ -151,8 +168,8 @@ class Notices:
             self.notify("ended", None, target, f"{job_id}|{reason}")
 
     def notify(self, kind, job, target, detail=""):
-        """Send notice ``kind`` of a job once, in the background (the poll
-        goes on), logged either way."""
+        """Notice ``kind`` of a job, once: kept for the user's pages, and
+        mailed in the background (the poll goes on) when they asked; logged."""
         if kind in target.sent:
             return
         target.sent.add(kind)
@@ -160,6 +177,19 @@ class Notices:
             mail = message(kind, job, target, self.sender, detail)
         except (ValueError, TypeError) as e:  # a header it cannot be (logged, never sent)
             log.error("Notice %r to %s could not be written: %s", kind, target.user, e)
+            return
+        event = {
+            "id": next(self._ids),
+            "job_id": job.id if job else detail.split("|")[0],
+            "kind": kind,
+            "title": str(mail["Subject"]),
+            "body": mail.get_content().split("\n\n")[1].strip(),
+            "url": target.link if kind != "ended" else target.home,
+            "time": time.time(),
+        }
+        self.events.setdefault(target.user, deque(maxlen=KEPT_EVENTS)).append(event)
+        log.info("Notice %r for %s: %s", kind, target.user, event["title"])
+        if not target.address:
             return
         task = asyncio.ensure_future(self._send(kind, mail, target))
         self._sending.add(task)
@@ -181,6 +211,7 @@ class SessionNotices:
     the state."""
 
     notice_address = ""  # the user's LDAP mail, while a session asked for notices
+    notice_following = False  # whether the poll's notices follow this spawner's job
 
     async def prepare_notices(self):
         """When the options ask for notices, the user's LDAP ``mail``: a
@@ -206,9 +237,11 @@ class SessionNotices:
         self.notice_address = address
 
     def follow_notices(self, sent=()):
-        """Follow the submitted job for its notices (``sent``: those sent before)."""
-        if not (self.notice_address and self.job_id):
+        """Follow the submitted job for its notices (``sent``: those sent
+        before): for the browser always, by mail when it has an address."""
+        if not self.job_id:
             return
+        self.notice_following = True
         notices = self.poller.notices
         notices.sender = self.notice_from
         host = getattr(self.user, "host", "") or ""
@@ -224,7 +257,7 @@ class SessionNotices:
         )  # fmt: skip
 
     def notices_state(self):
-        if not (self.notice_address and self.job_id):
+        if not (self.job_id and self.notice_following):
             return {}
         target = self.poller.notices.followed.get(str(self.job_id))
         sent = sorted(target.sent) if target else []
@@ -245,3 +278,10 @@ class SessionNotices:
         """The user (or an admin) stops the session: no notice of its end."""
         if self.job_id:
             self.poller.notices.unfollow(self.job_id)
+
+    def started_notice(self):
+        """The page's notice that this spawn's queued job started (for the
+        progress stream), or None."""
+        kept = self.poller.notices.events.get(self.user.name, ())
+        job_id = str(self.job_id or "")
+        return next((e for e in kept if e["job_id"] == job_id and e["kind"] == "started"), None)

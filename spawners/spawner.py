@@ -430,6 +430,9 @@ class PortalSpawner(
         sent = None
         while True:
             message = self._progress_message(poller)
+            notice = self.started_notice()  # a queued job started: the page's notification
+            if notice:
+                message = {**message, "portal_notice": notice}
             if message and message != sent:
                 sent = message
                 yield message
@@ -488,7 +491,7 @@ class PortalSpawner(
 
     def clear_state(self):
         super().clear_state()
-        self.notice_address = ""
+        self.notice_address, self.notice_following = "", False
         self.job_slice = None
         self.profile = None
         self.gpu_indices = {}
