@@ -1,0 +1,78 @@
+"""Desktop notifications in a real browser (issue 26): the spawn page asks
+for the permission; granted (Playwright), a notification appears when
+alice's queued session starts. Every GPU of the cluster is held by root's
+jobs until then (as another team's work would).
+
+Chromium shows a notification to the desktop, which a test cannot see: the
+page's own Notification is wrapped (an init script) to report each one it
+makes to the test (``expose_function``), on every page the browser opens,
+the progress page included."""
+
+import time
+
+from playwright.sync_api import expect
+
+from tests.support.jobs import occupy_nodes, release_nodes, squeue
+from tests.support.testhub import JOB_NAME
+
+RECORD = """
+(() => {
+  const Real = window.Notification;
+  if (!Real) return;
+  class Recorded extends Real {
+    constructor(title, options) {
+      window.portalNotificationSeen(title, (options || {}).body || "");
+      super(title, options);
+    }
+  }
+  Object.defineProperty(Recorded, "permission", { get: () => Real.permission });
+  Recorded.requestPermission = (...args) => Real.requestPermission(...args);
+  window.Notification = Recorded;
+})();
+"""
+
+
+def test_a_desktop_notification_appears_when_a_queued_session_starts(
+    browser, hub, browser_login, login, shot
+):
+    context = browser.new_context(viewport={"width": 1200, "height": 1000})
+    page = context.new_page()
+    seen = []
+    page.expose_function("portalNotificationSeen", lambda title, body: seen.append(title))
+    page.add_init_script(RECORD)
+    try:
+        browser_login(page, "alice")
+        expect(page.locator("#allow-notices")).to_be_visible()  # asked, not yet granted
+        context.grant_permissions(["notifications"], origin=hub)
+        page.click("#allow-notices")
+        expect(page.locator("#notices-state")).to_have_text(
+            "This browser shows a notification when your session starts, ends soon or ends."
+        )
+        expect(page.locator("#allow-notices")).to_be_hidden()
+        shot(page, "spawn-page-notifications")
+
+        occupy_nodes(leave_free=0)
+        page.select_option("#profile", "pytorch")
+        page.select_option("#gpus", "1")
+        page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
+        page.wait_for_url("**/hub/spawn-pending/alice**")
+        deadline = time.monotonic() + 30
+        while not (rows := squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i %T")):
+            assert time.monotonic() < deadline, "alice's session was not submitted"
+            time.sleep(0.3)
+        [(job_id, state)] = rows
+        assert state == "PENDING", rows
+        assert not seen
+        shot(page, "spawn-pending-queued")
+        time.sleep(3)
+
+        release_nodes()
+        wanted = f"has started (Slurm job {job_id})"
+        deadline = time.monotonic() + 60
+        while not any(wanted in title for title in seen):
+            assert time.monotonic() < deadline, f"no notification {wanted!r}: {seen}"
+            page.wait_for_timeout(500)
+    finally:
+        release_nodes()
+        login("alice").api("DELETE", "/users/alice/server")
+        context.close()
