@@ -61,7 +61,7 @@ def full_cluster(cluster, mail_server):
     release_nodes()
 
 
-def test_a_queued_session_with_notices_mails_its_start_and_its_end(session, full_cluster):
+def test_a_queued_session_with_notices_mails_its_start_and_its_end(session, login, full_cluster):
     alice = session("alice", wait=False, profile="pytorch", gpus=1, notify=True)
     deadline = time.monotonic() + 30
     while not (rows := squeue("-n", JOB_NAME, "-u", "alice", "-o", "%i %T")):
@@ -87,3 +87,14 @@ def test_a_queued_session_with_notices_mails_its_start_and_its_end(session, full
     # sent once each
     time.sleep(3)
     assert len([s for s in subjects() if f"(Slurm job {job_id})" in s]) == 2
+
+    # the pages' notices: alice's own, never another user's
+    def notices(client):
+        r = client.session.get(client.url("/hub/portal/notices?since=0"), timeout=30)
+        assert r.status_code == 200, r.text
+        return [(e["job_id"], e["kind"]) for e in r.json()["events"]]
+
+    assert {(job_id, "started"), (job_id, "ended")} <= set(notices(alice))
+    assert not [n for n in notices(login("bob")) if n[0] == job_id]
+    r = alice.session.get(alice.url("/hub/portal/notices?since=x"), timeout=30)
+    assert r.status_code == 400

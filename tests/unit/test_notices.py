@@ -17,8 +17,8 @@ from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (a f
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 
 
-def job(state, end=None, nodes=("n1",)):
-    return Job("77", "alice", state, nodes if state == "RUNNING" else (), "None", None,
+def job(state, end=None, nodes=("n1",), job_id="77"):
+    return Job(job_id, "alice", state, nodes if state == "RUNNING" else (), "None", None,
                end, "gres:gpu:1", "gpu", 60)  # fmt: skip
 
 
@@ -139,3 +139,27 @@ async def test_the_address_and_what_was_sent_survive_a_hub_restart(runner):  # n
     restored.load_state(state)
     assert restored.poller.notices.followed["4242"].sent == {"started"}
     assert restored.poller.notices.followed["4242"].address == "me@x.org"
+
+
+async def test_the_pages_get_a_users_own_notices_after_the_id_they_saw():
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    other = target()
+    other.user, other.address = "bob", ""  # the browser only: no mail
+    notices.follow("78", other)
+    sent = await collected(
+        notices,
+        {"77": job("PENDING"), "78": job("PENDING", job_id="78")},
+        {"77": job("RUNNING", NOW + timedelta(hours=1)), "78": job("RUNNING", NOW, job_id="78")},
+    )
+    assert [m["To"] for m in sent] == ["alice@portal.localhost"]  # bob asked for no mail
+    assert notices.events_for("alice", -1) == ([], 1)  # a page just opened: the latest id
+    events, last = notices.events_for("alice", 0)
+    assert [(e["kind"], e["job_id"]) for e in events] == [("started", "77")] and last == 1
+    assert events[0]["title"] == "Your session PyTorch has started (Slurm job 77)"
+    assert events[0]["url"] == "https://alice.portal.localhost:8000/user/alice/"
+    assert notices.events_for("alice", last) == ([], 1)
+    bobs, _ = notices.events_for("bob", 0)
+    assert {e["kind"] for e in bobs} == {"started", "ending"} and all(
+        e["job_id"] == "78" for e in bobs
+    )
