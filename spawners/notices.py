@@ -96,7 +96,7 @@ def message(kind, job, target, sender, detail=""):
     mail["Date"] = formatdate(localtime=False)
     mail["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     mail["Auto-Submitted"] = "auto-generated"
-    mail.set_content("\n".join(lines) + "\n")
+    mail.set_content("\n".join(lines) + "\n", cte="8bit")  # readable as it lands
     return mail
 
 
@@ -244,14 +244,18 @@ class SessionNotices:
         self.notice_following = True
         notices = self.poller.notices
         notices.sender = self.notice_from
-        host = getattr(self.user, "host", "") or ""
+        # the user's URL: with the host of their own origin already where
+        # sessions have one ([hub] domain), else the hub's path alone
+        url = self.user.url
+        if not url.startswith(("https://", "http://")):
+            url = self.notice_hub_url.rsplit("/hub/", 1)[0] + url
         slice_ = self.job_slice.describe() if self.job_slice else ""
         notices.follow(
             self.job_id,
             Followed(
                 user=self.user.name, address=self.notice_address,
                 session=self.profile.display_name if self.profile else "Jupyter",
-                link=f"{host}{self.user.url}", home=f"{self.notice_hub_url}home",
+                link=url, home=f"{self.notice_hub_url}home",
                 slice=slice_, warn_minutes=self.warn_minutes, sent=set(sent),
             ),
         )  # fmt: skip

@@ -8,6 +8,7 @@ and it starts, her mailbox holds a message naming its Slurm job id; when
 the job is cancelled from a shell, a second one says it ended and why."""
 
 import mailbox
+import re
 import subprocess
 import time
 
@@ -75,7 +76,9 @@ def test_a_queued_session_with_notices_mails_its_start_and_its_end(session, logi
     started = wait_for_subject(f"has started (Slurm job {job_id})")
     assert len(started) == 1
     body = body_of(f"has started (Slurm job {job_id})")
-    assert f"Slurm job:  {job_id}" in body and "/user/alice/" in body
+    assert f"Slurm job:  {job_id}" in body
+    link = next(line for line in body.splitlines() if line.startswith("Open it:"))
+    assert re.fullmatch(r"Open it: +https://alice\.[^/ ]+:\d+/user/alice/", link), link
     alice.wait_ready("alice", timeout=120)
 
     # ended without alice's stopping it: a scancel from a shell
