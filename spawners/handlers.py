@@ -47,8 +47,9 @@ from . import jupyterhub_patches
 from .internal_tls import hub_client_context
 
 PORT_ROUTE = r"/api/batchspawner"
-EXTEND_ROUTE = r"/portal/sessions/([^/]+)/extend"
-GPUS_ROUTE = r"/portal/sessions/([^/]+)/gpus"
+# a user's default session (NAME) or a named one (NAME/SESSION)
+EXTEND_ROUTE = r"/portal/sessions/([^/]+)(?:/([^/]+))?/extend"
+GPUS_ROUTE = r"/portal/sessions/([^/]+)(?:/([^/]+))?/gpus"
 NOTICES_ROUTE = r"/portal/notices"
 # Seconds the card's GPU figures may take to come from the session.
 GPUS_TIMEOUT = 5.0
@@ -173,6 +174,17 @@ class PortalHomeHandler(HomeHandler):
             return None
 
 
+def session_of(handler, user_name, server_name):
+    """The spawner of ``user_name``'s session ``server_name`` (None or "":
+    the default one), or None when the user or that session has none (never
+    one made for the asking: ``user.spawners`` would)."""
+    user = handler.find_user(user_name)
+    name = server_name or ""
+    if user is None or name not in user.orm_spawners:
+        return None
+    return user.spawners[name]
+
+
 def may_act_on(handler, user_name):
     """Whether the request's user may extend ``user_name``'s session or see
     its GPUs: its owner, or a portal admin (the scope of the ``portal-admin``
@@ -182,19 +194,19 @@ def may_act_on(handler, user_name):
 
 
 class SessionExtendHandler(BaseHandler):
-    """``POST /hub/portal/sessions/NAME/extend`` (form field ``hours``): the
-    session's owner, or a portal admin, adds hours within the profile's limit."""
+    """``POST /hub/portal/sessions/NAME[/SESSION]/extend`` (form field
+    ``hours``): the session's owner, or a portal admin, adds hours within the
+    profile's limit."""
 
     def initialize(self, store):
         self.store = store
 
     @web.authenticated
-    async def post(self, user_name):
+    async def post(self, user_name, server_name=None):
         actor = self.current_user
         if not may_act_on(self, user_name):
             raise web.HTTPError(403, "Only the session's owner or a portal admin may extend it")
-        user = self.find_user(user_name)
-        spawner = user.spawner if user else None
+        spawner = session_of(self, user_name, server_name)
         try:
             hours = parse_hours(self.get_body_argument("hours", ""))
             if spawner is None or not spawner.active or not getattr(spawner, "job_id", ""):
@@ -262,18 +274,17 @@ class NoticesHandler(BaseHandler):
 
 
 class SessionGPUsHandler(BaseHandler):
-    """``GET /hub/portal/sessions/NAME/gpus``: the session's own GPU figures
+    """``GET /hub/portal/sessions/NAME[/SESSION]/gpus``: the session's own GPU figures
     (``/user/NAME/portal/api/gpus``, asked with the server's own token) for
     the card on the hub's page, to the owner or an admin. The browser cannot
     ask the session itself from the hub's page: the session's API wants the
     XSRF token of its own path for a script's request."""
 
     @web.authenticated
-    async def get(self, user_name):
+    async def get(self, user_name, server_name=None):
         if not may_act_on(self, user_name):
             raise web.HTTPError(403, "Only the session's owner or a portal admin may see its GPUs")
-        user = self.find_user(user_name)
-        spawner = user.spawner if user else None
+        spawner = session_of(self, user_name, server_name)
         self.set_header("Content-Type", "application/json")
         if spawner is None or not spawner.ready or not spawner.server:
             self.set_status(404)

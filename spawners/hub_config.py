@@ -36,6 +36,13 @@ def configure_hub(c, settings):
     # within 30 days at most. Group changes apply sooner (refresh_user).
     c.JupyterHub.oauth_token_expires_in = int(hub["token_hours"] * 3600)
     c.JupyterHub.token_expires_in_max_seconds = 30 * 24 * 3600
+    # Several sessions per user: named servers. JupyterHub's limit counts the
+    # named ones a user has made, running or not; the spawner counts those
+    # that run, the default one among them (PortalSpawner.sessions_per_user).
+    sessions = hub["sessions_per_user"]
+    c.JupyterHub.allow_named_servers = sessions > 1
+    c.JupyterHub.named_server_limit_per_user = sessions
+    c.PortalSpawner.sessions_per_user = sessions
     if is_https(settings):
         # The proxy serves TLS; cookies are Secure (the sessions' too, through
         # JUPYTERHUB_COOKIE_OPTIONS) and browsers keep to HTTPS.

@@ -121,3 +121,22 @@ async def check(spawner, job_slice):
     if refusal:
         spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)
         raise web.HTTPError(400, refusal)
+
+
+def running_sessions(spawner):
+    """The user's other sessions that run or start now (the default one and
+    named ones: ``user.spawners``, every active one of which the hub holds)."""
+    others = getattr(spawner.user, "spawners", {}) or {}
+    return [s for s in others.values() if s is not spawner and s.active]
+
+
+def check_sessions(spawner):
+    """Refuse (HTTP 400, nothing submitted) a session past the user's
+    ``sessions_per_user``, with the names of those that run."""
+    others = running_sessions(spawner)
+    if len(others) >= spawner.sessions_per_user:
+        names = ", ".join(sorted(s.name or "default" for s in others))
+        raise web.HTTPError(
+            400, f"You run {len(others)} sessions ({names}), the most the portal allows "
+            f"at once: stop one first.",
+        )  # fmt: skip

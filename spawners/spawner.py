@@ -181,6 +181,7 @@ class PortalSpawner(
         if bad:
             raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
+        quota.check_sessions(self)
         await quota.check(self, job_slice)  # before anything runs as the user
         await self.prepare_notices()
         await self.check_user_image()  # as the user, before anything is submitted

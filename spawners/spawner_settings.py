@@ -127,6 +127,14 @@ class PortalSpawnerSettings(SlurmSpawner):
         ``PORTAL_WARN_MINUTES``. 0: no notice. Default 15 (deploy/portal.toml
         [slurm] warn_minutes). Example: ``30``.""",
     ).tag(config=True)
+    sessions_per_user = Integer(
+        HUB["sessions_per_user"],
+        min=1,
+        help="""Sessions one user may run at once (the default server and
+        named ones, each its own Slurm job): one more is refused before
+        anything is submitted. Default 3 ([hub] sessions_per_user).
+        Example: ``1``.""",
+    ).tag(config=True)
     notice_from = Unicode(
         site_settings.mail_from(defaults()),
         help="""The From: address of the notices a session's user asked for
