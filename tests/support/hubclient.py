@@ -61,12 +61,13 @@ class HubClient:
         r.raise_for_status()
         return r.json()
 
-    def wait_ready(self, name, timeout=120):
-        """Wait for the default server to be ready; returns the user model."""
+    def wait_ready(self, name, timeout=120, server_name=""):
+        """Wait for the server (the default one, or ``server_name``) to be
+        ready; returns the user model."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             model = self.user_model(name)
-            server = model.get("servers", {}).get("")
+            server = model.get("servers", {}).get(server_name)
             if server and server.get("ready"):
                 return model
             if not server or not server.get("pending"):
@@ -74,6 +75,16 @@ class HubClient:
                     raise AssertionError(f"server of {name} is gone: {model}")
             time.sleep(0.3)
         raise AssertionError(f"server of {name} not ready within {timeout} s")
+
+    def wait_stopped_server(self, name, server_name, timeout=60):
+        """Wait until the user's server ``server_name`` ("": the default)
+        no longer runs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if server_name not in self.user_model(name).get("servers", {}):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"server {server_name!r} of {name} still there after {timeout} s")
 
     def wait_stopped(self, name, timeout=60):
         deadline = time.monotonic() + timeout
@@ -83,9 +94,11 @@ class HubClient:
             time.sleep(0.3)
         raise AssertionError(f"server of {name} still there after {timeout} s")
 
-    def lab_answers(self, name):
-        """Whether the user's running server answers with JupyterLab."""
-        r = self.session.get(self.url(f"/user/{name}/lab"), timeout=30)
+    def lab_answers(self, name, server_name=""):
+        """Whether the user's running server (the default one, or
+        ``server_name``) answers with JupyterLab."""
+        path = f"/user/{name}/{server_name}/lab" if server_name else f"/user/{name}/lab"
+        r = self.session.get(self.url(path), timeout=30)
         return r.status_code == 200 and "JupyterLab" in r.text
 
 
