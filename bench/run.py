@@ -41,6 +41,10 @@ Figures (medians over repeated runs):
   PyTorch image's profile (``pytorch-image``: the session under ``ch-run``)
   and of the PyTorch environment's (``pytorch``), alternating;
   ``container_spawn_vs_env``: their ratio (issue 25).
+- ``first_session_spawn_s`` / ``second_session_spawn_s``: spawn to ready of
+  a user's named session ``one`` (none other running) and then of ``two``
+  beside it (the PyTorch profile, one GPU each);
+  ``second_session_spawn_vs_first``: their ratio (issue 26).
 
 Progress goes to stderr; the figures to stdout, as they come and all together
 at the end. Run as root from the repository (``make bench``, or
@@ -60,7 +64,7 @@ from urllib.parse import urlsplit
 from bench import dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
 from portal import settings as site_settings
 
-PARTS = ("spawn", "container", "train", "firstcell", "hub", "rpcs")
+PARTS = ("spawn", "container", "sessions", "train", "firstcell", "hub", "rpcs")
 TARGETS = {
     "spawn_vs_floor": ("<=", 1.1),
     "spawn_vs_stock": ("<=", 0.5),
@@ -69,6 +73,7 @@ TARGETS = {
     "train_portal_vs_plain": (">=", 0.97),
     "tensorboard_dashboard_vs_direct": ("<=", 1.2),
     "container_spawn_vs_env": ("<=", 1.2),
+    "second_session_spawn_vs_first": ("<=", 1.1),
 }
 
 
@@ -159,6 +164,29 @@ def container_figures(figures, portal, accounts, reps):
     figures.add("container_env_spawn_s", statistics.median(times["pytorch"]))
     figures.add(
         "container_spawn_vs_env", figures["container_spawn_s"] / figures["container_env_spawn_s"]
+    )
+
+
+def session_figures(figures, portal, accounts, reps):
+    """A user's first named session, then a second beside it (each at a
+    random phase of Slurm's scheduler), one GPU each; both stopped after."""
+    name = "bench002"
+    client = users.login(portal, name, accounts[name])
+    times = {"one": [], "two": []}
+    for i in range(reps):
+        for server in times:
+            spawn.random_phase()
+            options = {"profile": "pytorch", "gpus": 1}
+            times[server].append(spawn.spawn_ready(portal, client, name, options, server))
+        spawn.stop_servers(portal, client, name, times)
+        portal.wait_no_jobs()
+        say(f"sessions {i + 1}/{reps}: first {times['one'][-1]:.2f} s, "
+            f"second {times['two'][-1]:.2f} s")  # fmt: skip
+    figures.add("first_session_spawn_s", statistics.median(times["one"]))
+    figures.add("second_session_spawn_s", statistics.median(times["two"]))
+    figures.add(
+        "second_session_spawn_vs_first",
+        figures["second_session_spawn_s"] / figures["first_session_spawn_s"],
     )
 
 
@@ -323,7 +351,7 @@ def main(argv=None):
     portal, stock = hubs.portal_hub(), hubs.stock_hub()
     figures = Figures()
     try:
-        if {"spawn", "container", "train", "firstcell", "hub"} & set(args.only):
+        if {"spawn", "container", "sessions", "train", "firstcell", "hub"} & set(args.only):
             portal.start()
         if "spawn" in args.only:
             stock.start()
@@ -331,6 +359,8 @@ def main(argv=None):
             stock.stop()
         if "container" in args.only:
             container_figures(figures, portal, accounts, args.reps)
+        if "sessions" in args.only:
+            session_figures(figures, portal, accounts, args.reps)
         if "train" in args.only:
             train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
         if "firstcell" in args.only:

@@ -84,15 +84,17 @@ def floor_tls(hub, partition):
         )
 
 
-def spawn_ready(hub, client, name, options=None):
-    """Seconds from the spawn request to the server answering through the proxy,
-    asked on the client's own connection to the hub (kept open, as a browser
-    keeps the one it asked for the spawn on: no new TLS handshake per check)."""
+def spawn_ready(hub, client, name, options=None, server=""):
+    """Seconds from the spawn request to the server (the default one, or the
+    named ``server``) answering through the proxy, asked on the client's own
+    connection to the hub (kept open, as a browser keeps the one it asked for
+    the spawn on: no new TLS handshake per check)."""
     start = time.monotonic()
-    r = client.api("POST", f"/users/{name}/server", json=options)
+    path = f"/users/{name}/servers/{server}" if server else f"/users/{name}/server"
+    r = client.api("POST", path, json=options)
     if r.status_code not in (201, 202):
         raise RuntimeError(f"spawn of {name} on the {hub.name} hub: {r.status_code} {r.text}")
-    url = f"{hub.url}/user/{name}/api"
+    url = f"{hub.url}/user/{name}/{server}/api" if server else f"{hub.url}/user/{name}/api"
     return wait_answer(url, start, session=client.session) - start
 
 
@@ -110,6 +112,16 @@ def wait_offered(hub, client, name, profile, timeout=600):
 
 def stop_server(hub, client, name):
     client.api("DELETE", f"/users/{name}/server")
+    try:
+        client.wait_stopped(name, timeout=120)
+    finally:
+        hub.cancel_jobs(name)
+
+
+def stop_servers(hub, client, name, servers):
+    """Stop the user's named ``servers``, and remove them."""
+    for server in servers:
+        client.api("DELETE", f"/users/{name}/servers/{server}", json={"remove": True})
     try:
         client.wait_stopped(name, timeout=120)
     finally:
