@@ -252,11 +252,15 @@ def refusal(message):
     return f"<p class='alert alert-warning'>{html_escape(message)}</p>"
 
 
-def render_options_form(offered, poller, last, link=None, username="you", quotas=None):
+def render_options_form(
+    offered, poller, last, link=None, username="you", quotas=None, name_sessions=0
+):
     """The spawn page's HTML for the ``offered`` profiles (at least one),
     sized by what the shared ``poller`` knows now and the user's GPU
     ``quotas`` (``offered_choices``), pre-filled with the ``last`` options
-    or a spawn ``link``'s values (then with notes on what did not fit)."""
+    or a spawn ``link``'s values (then with notes on what did not fit).
+    ``name_sessions``: how many sessions the user may run at once, when this
+    page (the default session's) may name a new one beside it; 0 otherwise."""
     if link is not None:
         # a link's values alone: what it leaves out takes the profile's defaults
         last = link
@@ -272,6 +276,7 @@ def render_options_form(offered, poller, last, link=None, username="you", quotas
         image_value=values["image"],
         notify_value=values["notify"],
         username=username,
+        name_sessions=name_sessions,
         link_notes=link_notes(link, current, values) if link else [],
         last=last,
         partitions=sorted(poller.partitions.values(), key=lambda part: part.name),

@@ -134,7 +134,8 @@ class PortalSpawner(
             poller.poke_cluster()  # the page never waits on Slurm; the next render has it
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         link, self._link_options = self._link_options, None
-        return form.render_options_form(offered, poller, last, link, self.user.name, quotas)
+        naming = self.sessions_per_user if self.sessions_per_user > 1 and not self.name else 0
+        return form.render_options_form(offered, poller, last, link, self.user.name, quotas, naming)
 
     # -- running Slurm's commands ---------------------------------------
 

@@ -27,3 +27,24 @@ def test_the_home_page_shows_a_card_for_each_named_session(page, browser_login, 
         for server in ("one", "two"):
             alice.api("DELETE", f"/users/alice/servers/{server}", json={"remove": True})
         cancel_jobs_of(["alice"], timeout=30)
+
+
+def test_the_spawn_page_starts_a_session_of_the_name_given(page, browser_login, login, hub):
+    alice = login("alice")
+    try:
+        browser_login(page, "alice")
+        expect(page.locator("#session-name")).to_have_attribute("placeholder", "pytorch")
+        page.select_option("#profile", "tensorflow")
+        expect(page.locator("#session-name")).to_have_attribute("placeholder", "tensorflow")
+        page.select_option("#profile", "pytorch")
+        page.fill("#session-name", "Bad Name")
+        page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
+        assert "/hub/spawn" in page.url and "spawn-pending" not in page.url  # refused here
+        page.fill("#session-name", "explore")
+        page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
+        page.wait_for_url("**/user/alice/explore/**", timeout=180_000)
+        model = alice.wait_ready("alice", timeout=180, server_name="explore")
+        assert "" not in model["servers"]  # the main session was not started
+    finally:
+        alice.api("DELETE", "/users/alice/servers/explore", json={"remove": True})
+        cancel_jobs_of(["alice"], timeout=30)
