@@ -50,8 +50,10 @@ class Followed:
     home: str  # the portal's home page: extend, stop, relaunch
     slice: str  # the slice as the spawn page says it
     warn_minutes: int
-    sent: set = field(default_factory=set)  # "started", "ending", "ended"
+    sent: set = field(default_factory=set)  # "started", "ending", "idle", "ended"
     seen_pending: bool = False
+    # seconds until the idle culler stops the session (None: it would not)
+    idle_left: object = None
 
 
 def message(kind, job, target, sender, detail=""):
@@ -66,11 +68,15 @@ def message(kind, job, target, sender, detail=""):
         "ending": f"Your session {target.session} ends in {target.warn_minutes} minutes "
         f"(Slurm job {job_id})",
         "ended": f"Your session {target.session} has ended (Slurm job {job_id})",
+        "idle": f"Your session {target.session} is idle and will be stopped soon "
+        f"(Slurm job {job_id})",
     }
     openers = {
         "started": "your session has started, after waiting in the queue.",
         "ending": f"your session reaches its time limit in {target.warn_minutes} minutes: "
         "save your work, or extend the session from the portal's home page.",
+        "idle": f"your session has been idle (no kernel, terminal or GPU busy) and the "
+        f"portal stops it in {detail} unless you use it: open it to keep it.",
         "ended": "your session has ended without your stopping it: "
         + (detail.split("|", 1)[1] if "|" in detail else "Slurm no longer lists it")
         + ".",
@@ -159,6 +165,21 @@ class Notices:
             if job.running and job.end and target.warn_minutes > 0:
                 if (job.end - now).total_seconds() <= target.warn_minutes * 60:
                     self.notify("ending", job, target)
+            if job.running and target.idle_left is not None:
+                self.check_idle(job, target)
+
+    def check_idle(self, job, target):
+        """The idle notice when the culler would stop the session within its
+        ``warn_minutes`` (a quarter of its idle limit at most); again after
+        the user came back and it idles once more."""
+        left, limit = target.idle_left()
+        if left is None or not target.warn_minutes:
+            return
+        if left > min(target.warn_minutes * 60, limit / 4):
+            target.sent.discard("idle")  # in use again: a new idle spell is told too
+        elif left > 0:
+            minutes = max(1, round(left / 60))
+            self.notify("idle", job, target, f"{minutes} minute{'s' if minutes != 1 else ''}")
 
     def ended(self, job_id, reason):
         """The job ``job_id`` ended without a stop of its user's (``reason``:
@@ -257,8 +278,22 @@ class SessionNotices:
                 session=self.profile.display_name if self.profile else "Jupyter",
                 link=url, home=f"{self.notice_hub_url}home",
                 slice=slice_, warn_minutes=self.warn_minutes, sent=set(sent),
+                idle_left=self.idle_left,
             ),
         )  # fmt: skip
+
+    def idle_left(self):
+        """``(seconds until the idle culler stops this session, its idle
+        limit)``, from the hub's record of its last activity; (None, 0) when
+        it is not culled or has no activity yet."""
+        limit = self.idle_seconds()
+        orm = self.orm_spawner
+        last = orm.last_activity if orm is not None else None
+        if not limit or last is None:
+            return None, 0
+        if last.tzinfo is None:  # JupyterHub keeps it as naive UTC
+            last = last.replace(tzinfo=UTC)
+        return limit - (datetime.now(UTC) - last).total_seconds(), limit
 
     def notices_state(self):
         if not (self.job_id and self.notice_following):

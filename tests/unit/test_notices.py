@@ -163,3 +163,30 @@ async def test_the_pages_get_a_users_own_notices_after_the_id_they_saw():
     assert {e["kind"] for e in bobs} == {"started", "ending"} and all(
         e["job_id"] == "78" for e in bobs
     )
+
+
+async def test_an_idle_session_is_told_before_the_culler_and_again_after_a_comeback():
+    notices = Notices(sender="portal@portal.localhost")
+    followed = target()
+    left = [(1500.0, 1800)]  # 25 min left of a 30 min idle limit: no notice yet
+    followed.idle_left = lambda: left[0]
+    notices.follow("77", followed)
+    running = {"77": job("RUNNING", NOW + timedelta(hours=5))}
+
+    def at(seconds):
+        return lambda: (left.__setitem__(0, (seconds, 1800)), notices.update(running, NOW))
+
+    sent = await collected(notices, running, at(400), at(300), at(1700), at(100))
+    subjects = [m["Subject"] for m in sent]
+    assert subjects == ["Your session PyTorch is idle and will be stopped soon (Slurm job 77)"] * 2
+    assert "stops it in 7 minutes unless you use it" in sent[0].get_content()
+    assert "stops it in 2 minutes" in sent[1].get_content()
+
+
+async def test_a_session_the_culler_never_stops_is_never_told_it_idles():
+    notices = Notices(sender="portal@portal.localhost")
+    followed = target()
+    followed.idle_left = lambda: (None, 0)
+    notices.follow("77", followed)
+    sent = await collected(notices, {"77": job("RUNNING", NOW + timedelta(hours=5))})
+    assert sent == []
