@@ -67,15 +67,25 @@ def occupy_all_nodes_but_one():
 
 
 def occupy_nodes(leave_free=0):
-    """Take every GPU of every compute node but the first ``leave_free`` with
-    a job of root's, one a node (root's jobs are held to no QOS limit).
-    Returns ``(first node, total_gpus)``; cancel with ``release_nodes()``."""
+    """Take every free GPU of every compute node but the first ``leave_free``
+    with a job of root's, one a node (root's jobs are held to no QOS limit;
+    a GPU another job holds stays held). Returns ``(first node,
+    total_gpus)``; cancel with ``release_nodes()``."""
     out = subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%N %G"], capture_output=True, text=True, check=True
-    ).stdout
-    rows = (line.split() for line in out.splitlines())
-    nodes = [(name, int(gres.split(":")[-1])) for name, gres in rows]
-    for name, gpus in nodes[leave_free:]:
+        ["sinfo", "-h", "-N", "-O", "NodeList:24,Gres:40,GresUsed:60"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+    def count(gres):  # "gpu:4", "gpu:1(IDX:0)"
+        return int(gres.split("(")[0].split(":")[-1])
+
+    rows = [line.split() for line in out.splitlines()]
+    nodes = [(name, count(gres)) for name, gres, _ in rows]
+    free = {name: count(gres) - count(used) for name, gres, used in rows}
+    for name, _ in nodes[leave_free:]:
+        gpus = free[name]
+        if not gpus:
+            continue
         subprocess.run(
             ["sbatch", "-J", FILLER, "-w", name, f"--gres=gpu:{gpus}", "-t", "30",
              "-o", "/dev/null", "--wrap", "sleep 1800"],
@@ -83,7 +93,9 @@ def occupy_nodes(leave_free=0):
         )  # fmt: skip
     deadline = time.monotonic() + 30
     while squeue("-n", FILLER, "-t", "PENDING,CONFIGURING", "-o", "%i"):
-        assert time.monotonic() < deadline, "the filler jobs did not start"
+        if time.monotonic() > deadline:
+            release_nodes()  # none left behind for the next test
+            raise AssertionError(f"the filler jobs did not start: {squeue('-o', '%i %u %T %r')}")
         time.sleep(0.2)
     return nodes[0][0], sum(gpus for _, gpus in nodes)
 
