@@ -29,6 +29,18 @@ const SESSION_INTERVAL = 60_000;
 const GPUS_INTERVAL = 10_000;
 /** How often the time left shown counts down, in ms. */
 const TICK_INTERVAL = 10_000;
+/**
+ * The browser's own desktop notification (the Notification API, on this
+ * session's origin), once the user allowed it; JupyterLab's in-page notice
+ * is shown either way. The tag makes a repeated notice replace the last.
+ */
+export function desktopNotice(title: string, body: string): void {
+  const desktop = window.Notification;
+  if (desktop && desktop.permission === 'granted') {
+    new desktop(title, { body, tag: 'portal-session-ending' });
+  }
+}
+
 /** A change of the end (an extension) that replaces the notice, in ms. */
 const END_MOVED = 60_000;
 
@@ -203,21 +215,28 @@ export class SessionStatus {
       minute: '2-digit'
     });
     const extend = session.extend_url;
-    return Notification.warning(
+    const text =
       `Your session ends in ${formatDuration(left)}, at ${at}: ` +
-        'save your work, or extend the session.',
+      'save your work, or extend the session.';
+    const actions: Notification.IAction[] = [
       {
-        autoClose: false,
-        actions: [
-          {
-            label: 'Extend',
-            caption: "Open the hub's home page, where the session is extended",
-            displayType: 'link',
-            callback: () => openHubPage(extend)
-          }
-        ]
+        label: 'Extend',
+        caption: "Open the hub's home page, where the session is extended",
+        displayType: 'link',
+        callback: () => openHubPage(extend)
       }
-    );
+    ];
+    const desktop = window.Notification;
+    if (desktop && desktop.permission === 'default') {
+      actions.push({
+        label: 'Notify me on the desktop',
+        caption: 'Let this browser show the next notices of this session on the desktop',
+        displayType: 'link',
+        callback: () => void desktop.requestPermission()
+      });
+    }
+    desktopNotice(`Slurm job ${session.job_id}: time is running out`, text);
+    return Notification.warning(text, { autoClose: false, actions });
   }
 
   private _settings: ServerConnection.ISettings;

@@ -76,3 +76,44 @@ def test_a_desktop_notification_appears_when_a_queued_session_starts(
         release_nodes()
         login("alice").api("DELETE", "/users/alice/server")
         context.close()
+
+
+def test_jupyterlab_shows_a_desktop_notification_before_the_end(
+    browser, hub, browser_login, session, shot
+):
+    """In the session's JupyterLab (its own origin, where the permission is
+    granted anew), the notice before the time limit comes to the desktop too."""
+    import re
+    from urllib.parse import urlsplit
+
+    from tests.browser.test_time_left import set_minutes_left, show_again
+    from tests.support.jobs import user_jobs
+
+    context = browser.new_context(viewport={"width": 1200, "height": 1000})
+    page = context.new_page()
+    seen = []
+    page.expose_function("portalNotificationSeen", lambda title, body: seen.append((title, body)))
+    page.add_init_script(RECORD)
+    try:
+        browser_login(page, "alice")
+        session("alice", profile="pytorch", gpus=1, hours=1)
+        ((job_id, _),) = user_jobs("alice")
+        page.goto(f"{hub}/user/alice/lab?reset")
+        page.wait_for_url(re.compile(r".*/user/alice/lab.*"), timeout=60_000)
+        origin = "{0.scheme}://{0.netloc}".format(urlsplit(page.url))
+        context.grant_permissions(["notifications"], origin=origin)
+        expect(page.locator(".jp-portal-timeleft")).to_have_text(
+            re.compile(r"min left$"), timeout=60_000
+        )
+        set_minutes_left(job_id, 10)
+        show_again(page)
+        expect(page.locator(".jp-Notification-Toast-warning")).to_have_count(1, timeout=10_000)
+        deadline = time.monotonic() + 10
+        while not seen:
+            assert time.monotonic() < deadline, "no desktop notification"
+            page.wait_for_timeout(200)
+        title, body = seen[0]
+        assert title == f"Slurm job {job_id}: time is running out"
+        assert re.match(r"Your session ends in (9|10) min, at .*: save your work", body), body
+    finally:
+        context.close()
