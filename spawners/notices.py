@@ -56,6 +56,18 @@ class Followed:
     idle_left: object = None
 
 
+def aware(moment):
+    """``moment`` with its time zone: squeue's stamps come in the hub's
+    local time, without one.
+
+    >>> aware(datetime(2026, 11, 27, 8, 0, tzinfo=UTC)).tzinfo is UTC
+    True
+    >>> aware(datetime(2026, 11, 27, 8, 0)).tzinfo is not None
+    True
+    """
+    return moment if moment.tzinfo else moment.astimezone()
+
+
 def message(kind, job, target, sender, detail=""):
     """The notice ``kind`` ("started", "ending", "ended") of ``job`` (the
     poll's Job, or None once it is gone; its id as ``detail`` then names
@@ -158,15 +170,21 @@ class Notices:
             job = jobs.get(job_id)
             if job is None:
                 continue
-            if job.pending:
-                target.seen_pending = True
-            elif job.running and target.seen_pending:
-                self.notify("started", job, target)
-            if job.running and job.end and target.warn_minutes > 0:
-                if (job.end - now).total_seconds() <= target.warn_minutes * 60:
-                    self.notify("ending", job, target)
-            if job.running and target.idle_left is not None:
-                self.check_idle(job, target)
+            try:
+                self._update_one(job, target, now)
+            except Exception:  # one job's trouble never keeps the others' notices
+                log.exception("The notices of job %s of %s failed", job_id, target.user)
+
+    def _update_one(self, job, target, now):
+        if job.pending:
+            target.seen_pending = True
+        elif job.running and target.seen_pending:
+            self.notify("started", job, target)
+        if job.running and job.end and target.warn_minutes > 0:
+            if (aware(job.end) - now).total_seconds() <= target.warn_minutes * 60:
+                self.notify("ending", job, target)
+        if job.running and target.idle_left is not None:
+            self.check_idle(job, target)
 
     def check_idle(self, job, target):
         """The idle notice when the culler would stop the session within its
@@ -267,7 +285,8 @@ class SessionNotices:
         notices.sender = self.notice_from
         # the user's URL: with the host of their own origin already where
         # sessions have one ([hub] domain), else the hub's path alone
-        url = self.user.url
+        url = self.user.server_url(self.name) if hasattr(self.user, "server_url") else ""
+        url = url or self.user.url
         if not url.startswith(("https://", "http://")):
             url = self.notice_hub_url.rsplit("/hub/", 1)[0] + url
         slice_ = self.job_slice.describe() if self.job_slice else ""

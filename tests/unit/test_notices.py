@@ -190,3 +190,36 @@ async def test_a_session_the_culler_never_stops_is_never_told_it_idles():
     notices.follow("77", followed)
     sent = await collected(notices, {"77": job("RUNNING", NOW + timedelta(hours=5))})
     assert sent == []
+
+
+async def test_squeues_own_time_stamps_reach_the_notices_of_every_job():
+    """squeue prints its times without a zone (the review found every poll
+    failing on them, and one job's failure kept the next jobs' notices):
+    the poll's own parse of them, for two users' jobs."""
+    from portal.slurm.parse import parse_squeue
+
+    soon = (datetime.now() + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S")
+    later = (datetime.now() + timedelta(hours=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    pending = "77|alice|PENDING||Resources|N/A|N/A|gres:gpu:1|gpu|1:00:00\n"
+    pending += "78|bob|PENDING||Resources|N/A|N/A|gres:gpu:1|gpu|8:00:00"
+    running = f"77|alice|RUNNING|n1|None|N/A|{soon}|gres:gpu:1|gpu|1:00:00\n"
+    running += f"78|bob|RUNNING|n2|None|N/A|{later}|gres:gpu:1|gpu|8:00:00"
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    bobs = target()
+    bobs.user, bobs.address = "bob", "bob@portal.localhost"
+    notices.follow("78", bobs)
+    sent = []
+
+    async def send(mail):
+        sent.append(mail["Subject"])
+
+    notices.send = send
+    notices.update(parse_squeue(pending))
+    notices.update(parse_squeue(running))
+    await asyncio.sleep(0.01)
+    assert sorted(sent) == [
+        "Your session PyTorch ends in 15 minutes (Slurm job 77)",
+        "Your session PyTorch has started (Slurm job 77)",
+        "Your session PyTorch has started (Slurm job 78)",
+    ]
