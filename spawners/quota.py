@@ -16,6 +16,7 @@ checks nothing: Slurm itself still enforces the limit.
 """
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -103,20 +104,43 @@ async def form_quotas(spawner, partitions):
     found = {}
     for partition in sorted(set(partitions)):
         try:
-            found[partition] = await asyncio.wait_for(
+            quota = await asyncio.wait_for(
                 quotas.quota(spawner.user.name, uid, partition), FORM_WAIT
             )
         except TimeoutError:
-            found[partition] = None
+            quota = None
+        if quota:
+            quota = dataclasses.replace(quota, waiting=starting_gpus(spawner, partition))
+        found[partition] = quota
     return found
+
+
+def starting_gpus(spawner, partition):
+    """The GPUs of the user's other sessions on ``partition`` whose jobs do
+    not run yet (being submitted, or pending): Slurm's count of what the
+    user holds has none of them, and each will hold its GPUs once it runs.
+    (Two requests at once each count the other: both may be refused, never
+    both let through to pend.)"""
+    total = 0
+    for other in running_sessions(spawner):
+        other_slice = getattr(other, "job_slice", None)
+        if other_slice is None or other_slice.partition != partition:
+            continue
+        job = spawner.poller.job(other.job_id) if getattr(other, "job_id", "") else None
+        if job is None or not job.running:
+            total += other_slice.gpus * other_slice.nodes
+    return total
 
 
 async def check(spawner, job_slice):
     """Refuse (HTTP 400, nothing submitted) a slice whose GPUs, with those
-    the user holds now, are more than their QOS lets them hold at once."""
+    the user holds now and those of their sessions starting, are more than
+    their QOS lets them hold at once."""
     quota = await spawner.poller.quotas.quota(
         spawner.user.name, spawner.account().pw_uid, job_slice.partition, fresh=True
     )
+    if quota:
+        quota = dataclasses.replace(quota, waiting=starting_gpus(spawner, job_slice.partition))
     refusal = quota.refusal(job_slice.gpus * job_slice.nodes) if quota else None
     if refusal:
         spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)

@@ -145,39 +145,51 @@ you use at once. Ask for at most 1, or stop a session or job first.
     (True, None)
     >>> print(GpuQuota("portal", 4, 4).refusal(1))
     You hold all 4 GPUs that QOS portal lets you use at once: stop a session or job first.
+
+    Sessions of the user's that are starting (``waiting``: their jobs are not
+    running yet, so Slurm does not count them) take their GPUs too:
+
+    >>> print(GpuQuota("portal", 4, 1, waiting=2).refusal(2))
+    2 GPUs is more than you may ask for now: you hold 1 of the 4 GPUs that QOS portal lets \
+you use at once, and 2 more in sessions starting. Ask for at most 1, or stop a session or job first.
     """
 
     qos: str
     limit: int | None  # None: the QOS sets no GPU limit per user
     used: int
+    waiting: int = 0  # the GPUs of the user's sessions that are starting
 
     @property
     def room(self):
         """How many more GPUs the user may hold (None: no limit)."""
-        return None if self.limit is None else max(self.limit - self.used, 0)
+        return None if self.limit is None else max(self.limit - self.used - self.waiting, 0)
+
+    def _held(self):
+        more = f", and {self.waiting} more in sessions starting" if self.waiting else ""
+        return (
+            f"you hold {self.used} of the {self.limit} GPUs that QOS {self.qos} lets you use "
+            f"at once{more}"
+        )
 
     def describe(self):
         if self.limit is None:
             return f"You hold {self.used} GPUs; QOS {self.qos} sets no limit per user."
         if not self.room:
             return self.refusal(1)
-        return (
-            f"You hold {self.used} of the {self.limit} GPUs that QOS {self.qos} lets you use "
-            f"at once: you may ask for {self.room} more."
-        )
+        held = self._held()
+        return f"{held[0].upper()}{held[1:]}: you may ask for {self.room} more."
 
     def refusal(self, gpus):
         """Why a request of ``gpus`` GPUs in all is refused; None when it fits."""
         if self.limit is None or gpus <= self.room:
             return None
-        if not self.room:
+        if not self.room and not self.waiting:
             return (
                 f"You hold all {self.limit} GPUs that QOS {self.qos} lets you use at once: "
                 "stop a session or job first."
             )
         return (
-            f"{gpus} GPUs is more than you may ask for now: you hold {self.used} of the "
-            f"{self.limit} GPUs that QOS {self.qos} lets you use at once. Ask for at most "
+            f"{gpus} GPUs is more than you may ask for now: {self._held()}. Ask for at most "
             f"{self.room}, or stop a session or job first."
         )
 

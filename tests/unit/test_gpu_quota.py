@@ -64,3 +64,31 @@ async def test_an_unreadable_qos_checks_nothing_and_leaves_it_to_slurm(runner, m
     s.user_options = {"gpus": "1", "hours": "1"}
     await s.submit_batch_script()
     assert s.job_id == "4242"
+
+
+async def test_the_gpus_of_sessions_still_starting_count_too(runner):  # noqa: F811
+    """A review got 6 GPUs past a limit of 4 with parallel requests (each
+    checked before the others' jobs ran): a session of the user's whose job
+    is not running yet takes its GPUs in the check too."""
+    from types import SimpleNamespace
+
+    from portal.core.slice import make_slice
+
+    two = make_slice(2, 1, partition="gpu", max_gpus=4, cores_per_gpu=8, mem_per_gpu_gb=48,
+                     max_hours=24)  # fmt: skip
+    runner.gpus_held = 1
+    s = spawner("unit-quota-starting")
+    starting = SimpleNamespace(active=True, job_slice=two, job_id="", name="one")
+    s.user.spawners = {"one": starting, "": s}
+    s.user_options = {"gpus": "2", "hours": "1"}
+    with pytest.raises(web.HTTPError) as refused:
+        await s.submit_batch_script()
+    assert (
+        "you hold 1 of the 4 GPUs that QOS portal lets you use at once, and 2 more in "
+        "sessions starting. Ask for at most 1" in refused.value.log_message
+    )
+    assert not [argv for argv in runner.calls if "sbatch" in argv]
+    s.user_options = {"gpus": "1", "hours": "1"}
+    s.job_slice = None
+    await s.submit_batch_script()  # 1 + 2 + 1: within the 4
+    assert s.job_id == "4242"
