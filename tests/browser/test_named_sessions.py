@@ -37,9 +37,10 @@ def test_the_spawn_page_starts_a_session_of_the_name_given(page, browser_login, 
         page.select_option("#profile", "tensorflow")
         expect(page.locator("#session-name")).to_have_attribute("placeholder", "tensorflow")
         page.select_option("#profile", "pytorch")
-        page.fill("#session-name", "Bad Name")
-        page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
-        assert "/hub/spawn" in page.url and "spawn-pending" not in page.url  # refused here
+        for bad in ("Bad Name", "my_session", "1gpu", "a--b", "gpu-"):
+            page.fill("#session-name", bad)
+            page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
+            assert "/hub/spawn" in page.url and "spawn-pending" not in page.url, bad  # refused
         page.fill("#session-name", "explore")
         page.click("#spawn_form input[type=submit], #spawn_form button[type=submit]")
         page.wait_for_url("**/user/alice/explore/**", timeout=180_000)
