@@ -94,3 +94,23 @@ def test_without_a_smarthost_no_mail_leaves(mail_server):
     assert outside not in queue  # not waiting for a later try either
     log = Path("/var/log/exim4/mainlog").read_text(errors="replace")
     assert f"** {outside}" in log and "Unrouteable address" in log
+
+
+def test_no_user_of_the_host_sends_as_the_portal_over_smtp(mail_server):
+    """A review: bob, with a shell here, sent alice a notice "from"
+    portal@ over SMTP on loopback (a phishing link in it). A sender of the
+    mail domain over SMTP is refused; the portal's mail goes through
+    sendmail, which names its real sender."""
+    domain = SITE["mail"]["domain"]
+    probe = (
+        "import smtplib, sys\n"
+        "with smtplib.SMTP('127.0.0.1', 25, timeout=10) as s:\n"
+        "    s.ehlo()\n"
+        f"    code, reply = s.mail('{HUB_USER}@{domain}')\n"
+        "    print(code, reply.decode())\n"
+    )
+    done = subprocess.run(["sudo", "-u", "bob", "/usr/bin/python3", "-c", probe],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    code, _, reply = done.stdout.strip().partition(" ")
+    assert code == "550" and "not over SMTP" in reply, done.stdout
