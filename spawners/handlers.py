@@ -148,7 +148,19 @@ class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
 
 
 class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
-    pass
+    async def get(self, user_name=None, server_name=""):
+        """The spawn page; for a name the user has no session of yet, a
+        form that leaves none behind. JupyterHub's GET stores a new named
+        server to render its form, and each counts against the user's named
+        servers: links from elsewhere could fill them (a review did, with
+        three GETs). The form's POST stores it when it starts."""
+        owner = self.find_user(user_name) if user_name else self.current_user
+        new = bool(server_name) and owner is not None and server_name not in owner.orm_spawners
+        try:
+            await super().get(user_name, server_name)
+        finally:
+            if new:
+                await jupyterhub_patches.forget_unstarted(self.db, owner, server_name)
 
 
 # -- the session card ---------------------------------------------------------

@@ -219,3 +219,21 @@ def _name_services(domain):
 
     create_certs_for_the_hubs_host.portal_internal_tls = True
     _ServiceSpawner.create_certs = create_certs_for_the_hubs_host
+
+
+async def forget_unstarted(db, user, server_name):
+    """Remove ``user``'s named server ``server_name`` when it was stored but
+    never started (a spawn page's GET stores one in JupyterHub 6.1.1), as
+    JupyterHub's own ``DELETE .../servers/NAME`` with ``remove`` does:
+    ``User._delete_spawner`` (private), then the stored row."""
+    from jupyterhub.utils import maybe_future
+
+    orm = user.orm_spawners.get(server_name)
+    spawner = user.spawners.get(server_name) if orm is not None else None
+    if orm is None or (spawner is not None and spawner.active):
+        return
+    if spawner is not None:
+        await maybe_future(user._delete_spawner(spawner))
+    db.delete(orm)
+    user.spawners.pop(server_name, None)
+    db.commit()

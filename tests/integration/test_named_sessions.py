@@ -71,3 +71,21 @@ def test_two_named_sessions_run_side_by_side_and_stop_one_by_one(login):
             alice.api("DELETE", f"/users/alice/servers/{server}", json={"remove": True})
         alice.api("DELETE", "/users/alice/server")
         cancel_jobs_of(["alice"], timeout=30)
+
+
+def test_a_named_sessions_form_stores_no_session_until_it_starts(login):
+    """A review filled bob's named servers with three GETs of spawn pages
+    (JupyterHub stores a server to render its form), after which none could
+    be made: the form of a new name now leaves nothing stored."""
+    bob = login("bob")
+    try:
+        for ghost in ("ghost1", "ghost2", "ghost3", "ghost4"):
+            r = bob.session.get(bob.url(f"/hub/spawn/bob/{ghost}"), timeout=30)
+            assert r.status_code == 200 and 'id="profile"' in r.text, ghost
+        r = bob.api("GET", "/users/bob?include_stopped_servers=1")
+        assert not [name for name in r.json()["servers"] if name.startswith("ghost")]
+        start(bob, "bob", "work")
+        bob.wait_ready("bob", timeout=180, server_name="work")
+    finally:
+        bob.api("DELETE", "/users/bob/servers/work", json={"remove": True})
+        cancel_jobs_of(["bob"], timeout=30)

@@ -118,3 +118,16 @@ def test_internal_ssl_parts_the_fixes_replace_are_where_they_were():
     assert "DNS:localhost" in inspect.getsource(app) or "localhost" in inspect.getsource(
         _ServiceSpawner
     )
+
+
+def test_a_named_server_is_removed_as_jupyterhubs_api_removes_it():
+    """jupyterhub_patches.forget_unstarted removes a server stored for a
+    form only, as JupyterHub's DELETE with remove does (6.1.1)."""
+    from jupyterhub.apihandlers.users import UserServerAPIHandler
+    from jupyterhub.user import User
+
+    source = inspect.getsource(UserServerAPIHandler.delete)
+    assert "user._delete_spawner(spawner)" in source
+    assert "self.db.delete(spawner.orm_spawner)" in source
+    assert "user.spawners.pop(server_name, None)" in source
+    assert callable(User._delete_spawner)
