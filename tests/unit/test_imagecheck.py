@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -198,6 +199,23 @@ def test_the_services_runner_reads_the_helpers_answer_through_sudo(tmp_path):
         assert (result.ok, result.message) == (ok, message)
 
 
+def confined_with_fake_ch_run(tmp_path):
+    """``confined_check``'s answer, as a dict, with the ``ch-run`` of
+    ``tmp_path`` first on the PATH (run in a process of its own: the check
+    makes its process the subreaper of what it runs)."""
+    code = f"""
+import json, runpy
+check = runpy.run_path({imagecheck.__file__!r})
+env = {{"PATH": "{tmp_path}:/usr/bin:/bin", "USER": "x", "HOME": {str(tmp_path)!r}}}
+result = check["confined_check"]("/img/x", check["check_steps"]("/j"), env, timeout=30)
+print(json.dumps(result.to_dict()))
+"""
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_an_images_code_leaves_no_process_and_no_flood(tmp_path):
     """The check of a user's image runs that user's code on the hub's host,
     outside Slurm: ch-run replaced (this test only) by a script that writes
@@ -214,17 +232,7 @@ def test_an_images_code_leaves_no_process_and_no_flood(tmp_path):
         "echo 'FAIL torch: no module'; echo done; exit 0\n"
     )
     fake.chmod(0o755)
-    code = f"""
-import json, runpy
-check = runpy.run_path({imagecheck.__file__!r})
-env = {{"PATH": "{tmp_path}:/usr/bin:/bin", "USER": "x", "HOME": {str(tmp_path)!r}}}
-result = check["confined_check"]("/img/x", check["check_steps"]("/j"), env, timeout=30)
-print(json.dumps(result.to_dict()))
-"""
-    proc = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = confined_with_fake_ch_run(tmp_path)
     assert not result["ok"]
     assert all(len(line) <= imagecheck.LINE_CAP for line in result["lines"])
     assert len(result["message"]) <= imagecheck.MESSAGE_CAP
@@ -257,19 +265,7 @@ def test_a_chain_of_forks_that_outran_the_kills_is_stopped_then_killed(tmp_path)
     fake = tmp_path / "ch-run"
     fake.write_text(f"#!/bin/sh\nexec /usr/bin/python3 {chain}\n")
     fake.chmod(0o755)
-    code = f"""
-import json, runpy
-check = runpy.run_path({imagecheck.__file__!r})
-env = {{"PATH": "{tmp_path}:/usr/bin:/bin", "USER": "x", "HOME": {str(tmp_path)!r}}}
-result = check["confined_check"]("/img/x", check["check_steps"]("/j"), env, timeout=30)
-print(json.dumps(result.to_dict()))
-"""
-    proc = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert not json.loads(proc.stdout)["ok"]
-    import time
-
+    assert not confined_with_fake_ch_run(tmp_path)["ok"]
     time.sleep(4)  # past the chain's 3 s: a process it left would be sleeping now
     left = [pid for pid in pids.read_text().split() if os.path.exists(f"/proc/{pid}")]
     assert not left, f"the check left {len(left)} process(es) of the chain"
