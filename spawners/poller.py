@@ -80,7 +80,7 @@ class SlurmPoller:
         self.cluster_error = ""
         self.expected_start = {}  # Slice -> datetime
         self.quotas = Quotas(self)  # the GPUs each user may hold, read beside sinfo
-        self.notices = Notices()  # the e-mail notices, from each squeue's jobs
+        self.notices = Notices()  # the notices (pages, mail), from each squeue's jobs
         self.squeue_calls = 0
         self._active = set()
         self._followed = {}  # job id -> (submitted, callback) of running sessions

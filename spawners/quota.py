@@ -97,22 +97,25 @@ async def form_quotas(spawner, partitions):
     """``{partition: GpuQuota or None}`` for the spawn page of ``spawner``'s
     user: what the shared poll's last read saw (a QOS first asked for waits
     at most ``FORM_WAIT`` seconds; the page then goes without it)."""
-    if not partitions:
-        return {}
-    quotas = spawner.poller.quotas
-    uid = spawner.account().pw_uid
     found = {}
     for partition in sorted(set(partitions)):
         try:
-            quota = await asyncio.wait_for(
-                quotas.quota(spawner.user.name, uid, partition), FORM_WAIT
-            )
+            found[partition] = await asyncio.wait_for(user_quota(spawner, partition), FORM_WAIT)
         except TimeoutError:
-            quota = None
-        if quota:
-            quota = dataclasses.replace(quota, waiting=starting_gpus(spawner, partition))
-        found[partition] = quota
+            found[partition] = None
     return found
+
+
+async def user_quota(spawner, partition, fresh=False):
+    """The GpuQuota of ``spawner``'s user on ``partition`` (the usage read
+    anew when ``fresh``), with the GPUs of their sessions starting; None
+    when it is not known."""
+    quota = await spawner.poller.quotas.quota(
+        spawner.user.name, spawner.account().pw_uid, partition, fresh=fresh
+    )
+    if quota is None:
+        return None
+    return dataclasses.replace(quota, waiting=starting_gpus(spawner, partition))
 
 
 def starting_gpus(spawner, partition):
@@ -136,11 +139,7 @@ async def check(spawner, job_slice):
     """Refuse (HTTP 400, nothing submitted) a slice whose GPUs, with those
     the user holds now and those of their sessions starting, are more than
     their QOS lets them hold at once."""
-    quota = await spawner.poller.quotas.quota(
-        spawner.user.name, spawner.account().pw_uid, job_slice.partition, fresh=True
-    )
-    if quota:
-        quota = dataclasses.replace(quota, waiting=starting_gpus(spawner, job_slice.partition))
+    quota = await user_quota(spawner, job_slice.partition, fresh=True)
     refusal = quota.refusal(job_slice.gpus * job_slice.nodes) if quota else None
     if refusal:
         spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)
