@@ -183,6 +183,8 @@ class Notices:
         if job.running and job.end and target.warn_minutes > 0:
             if (aware(job.end) - now).total_seconds() <= target.warn_minutes * 60:
                 self.notify("ending", job, target)
+            else:  # extended past the warning: the new end is told too
+                target.sent.discard("ending")
         if job.running and target.idle_left is not None:
             self.check_idle(job, target)
 

@@ -223,3 +223,18 @@ async def test_squeues_own_time_stamps_reach_the_notices_of_every_job():
         "Your session PyTorch has started (Slurm job 77)",
         "Your session PyTorch has started (Slurm job 78)",
     ]
+
+
+async def test_a_session_extended_past_its_warning_is_warned_again_before_its_new_end():
+    notices = Notices(sender="portal@portal.localhost")
+    notices.follow("77", target())
+    sent = await collected(
+        notices,
+        {"77": job("RUNNING", NOW + timedelta(minutes=10))},
+        {"77": job("RUNNING", NOW + timedelta(minutes=9))},
+        {"77": job("RUNNING", NOW + timedelta(hours=2))},  # extended
+        {"77": job("RUNNING", NOW + timedelta(minutes=12))},
+    )
+    assert [m["Subject"] for m in sent] == [
+        "Your session PyTorch ends in 15 minutes (Slurm job 77)"
+    ] * 2
