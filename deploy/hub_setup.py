@@ -58,7 +58,7 @@ from deploy.base import (
     write_if_changed,
 )
 from portal import settings as site_settings
-from portal.helper import imagecheck
+from portal.helper import imagecheck, notebook
 from portal.settings import portal_groups
 
 log = logger("hub")
@@ -67,6 +67,7 @@ SUDOERS = Path("/etc/sudoers.d/portal")
 SLURM_BIN = "/usr/bin"
 EXTEND_SOURCE = REPO_DIR / "portal" / "helper" / "extend.py"
 IMAGE_CHECK_SOURCE = REPO_DIR / "portal" / "helper" / "imagecheck.py"
+NOTEBOOK_SOURCE = REPO_DIR / "portal" / "helper" / "notebook.py"
 TEMPLATES_SOURCE = REPO_DIR / "notebook_templates"
 # What the proxy copies from the hub's internal-ssl store.
 PROXY_KEYS = ("proxy-api", "proxy-client")
@@ -120,11 +121,18 @@ def is_https(settings):
     return settings["hub"]["bind_url"].startswith("https://")
 
 
-def sudoers(settings, helper_path, helper_args, image_check=imagecheck.INSTALLED_AT):
+def sudoers(
+    settings,
+    helper_path,
+    helper_args,
+    image_check=imagecheck.INSTALLED_AT,
+    notebook_reader=notebook.INSTALLED_AT,
+):
     """The sudoers rules of the hub's account, no password, with a reset
-    environment: exactly Slurm's sbatch and scancel, and the image check
-    ``image_check`` (any arguments: it runs with the user's rights alone),
-    as members of the portal's groups only (never root), and as
+    environment: exactly Slurm's sbatch and scancel, the image check
+    ``image_check`` and the notebook reader ``notebook_reader`` (any
+    arguments: they run with the user's rights alone), as members of the
+    portal's groups only (never root), and the check as
     ``imagecheck.SITE_CHECK_USER`` (the service's checks of the site's
     images); and the extend
     helper, as root, with three whole numbers as its arguments (a POSIX
@@ -135,6 +143,7 @@ def sudoers(settings, helper_path, helper_args, image_check=imagecheck.INSTALLED
         runas="".join(f"%{group}, " for group in portal_groups(settings)),
         slurm_bin=SLURM_BIN,
         image_check=image_check,
+        notebook_reader=notebook_reader,
         check_user=imagecheck.SITE_CHECK_USER,
         helper=helper_path,
         helper_args=helper_args,
@@ -312,6 +321,7 @@ def cmd_prepare(settings):
     install_templates(settings)
     install_helper(EXTEND_SOURCE, helper["INSTALLED_AT"])
     install_helper(IMAGE_CHECK_SOURCE, imagecheck.INSTALLED_AT)
+    install_helper(NOTEBOOK_SOURCE, notebook.INSTALLED_AT)
     register_hub(settings, helper)
     install_sudoers(settings, helper)
     check_readable(layout)

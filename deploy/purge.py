@@ -31,7 +31,7 @@ from pathlib import Path
 from deploy import data_setup, mail_setup, nsswitch, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
-from portal.helper import imagecheck
+from portal.helper import imagecheck, notebook
 
 log = logger("purge")
 
@@ -243,7 +243,9 @@ def purge_portal(settings):
     remove(*state_removed(state_root, Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
     helper = extend_helper()
-    remove(helper["REGISTRY"], helper["INSTALLED_AT"], imagecheck.INSTALLED_AT)
+    remove(
+        helper["REGISTRY"], helper["INSTALLED_AT"], imagecheck.INSTALLED_AT, notebook.INSTALLED_AT
+    )
     rmdir(Path(helper["INSTALLED_AT"]).parent, Path(helper["REGISTRY"]).parent)
     for user in (settings["hub"]["user"], settings["hub"]["proxy_user"]):
         uid = subprocess.run(["id", "-u", user], capture_output=True, text=True)

@@ -14,6 +14,10 @@ Every extension of a running session's time limit (``portal.extend``) is a
 row of ``portal_time_extensions``: who asked, whose job, the limit before and
 after.
 
+Every notebook run as a Slurm job (``portal.notebookjobs``) is a row of
+``portal_notebook_jobs``: whose, which notebook, profile, slice and
+parameters; its state is Slurm's.
+
 Every check of a site's container image (``portal.helper.imagecheck``, run
 by the admin service) is a row of ``portal_image_checks``: the image, the
 framework it was checked with, the image's stamp then, the verdict and its
@@ -51,11 +55,13 @@ VERSION_TABLE = "portal_alembic_version"
 # The fields of a profile that the store keeps (and the history compares).
 FIELDS = (
     "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "idle_minutes",
-    "groups", "enabled", "image", "user_images",
+    "groups", "enabled", "image", "user_images", "max_array",
 )  # fmt: skip
 # Fields added after the first schema, with the value that revisions stored
 # before them meant (migrations add their columns with the same default).
-ADDED_FIELDS = {"max_nodes": 1, "idle_minutes": 0, "image": "", "user_images": False}
+ADDED_FIELDS = {
+    "max_nodes": 1, "idle_minutes": 0, "image": "", "user_images": False, "max_array": 16,
+}  # fmt: skip
 
 
 class Base(DeclarativeBase):
@@ -80,6 +86,7 @@ class ProfileRow(Base):
     enabled = Column(Boolean, nullable=False, default=True)
     image = Column(String(64), nullable=False, default="", server_default="")  # "": none
     user_images = Column(Boolean, nullable=False, default=False, server_default=false())
+    max_array = Column(Integer, nullable=False, default=16, server_default="16")
     revision = Column(Integer, nullable=False, default=1)
     position = Column(Integer, nullable=False, default=0)  # order on the spawn page
     updated_at = Column(DateTime, nullable=False)
@@ -171,6 +178,46 @@ class ImageCheck(Base):
             "lines": list(self.lines or []),
             "checked_at": self.checked_at.isoformat(timespec="seconds"),
             "checked_by": self.checked_by,
+        }
+
+
+class NotebookJob(Base):
+    """One notebook run as a Slurm job (``portal.notebookjobs``): what was
+    asked, by whom, and each task's parameters (one for a plain job, one per
+    job of a sweep's array, in the array's order)."""
+
+    __tablename__ = "portal_notebook_jobs"
+    job_id = Column(String(32), primary_key=True)
+    user = Column(String(255), nullable=False, index=True)  # whose job (its Unix account)
+    notebook = Column(String(1024), nullable=False)  # relative to the user's home
+    profile = Column(String(32), nullable=False)
+    gpus = Column(Integer, nullable=False)  # per node
+    nodes = Column(Integer, nullable=False)
+    hours = Column(Integer, nullable=False)
+    parameters = Column(JSON, nullable=False, default=dict)
+    sweep = Column(JSON, nullable=False, default=dict)
+    tasks = Column(JSON, nullable=False, default=list)  # [{name: value}] per task
+    kernel = Column(String(255), nullable=False)
+    submitted_at = Column(DateTime, nullable=False)
+    submitted_by = Column(String(255), nullable=False)  # the user, or an admin
+    rerun_of = Column(String(32), nullable=True)
+
+    def to_dict(self):
+        return {
+            "id": self.job_id,
+            "user": self.user,
+            "notebook": self.notebook,
+            "profile": self.profile,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "hours": self.hours,
+            "parameters": dict(self.parameters or {}),
+            "sweep": dict(self.sweep or {}),
+            "tasks": list(self.tasks or []),
+            "kernel": self.kernel,
+            "submitted_at": self.submitted_at.isoformat(timespec="seconds") + "Z",
+            "submitted_by": self.submitted_by,
+            "rerun_of": self.rerun_of,
         }
 
 
@@ -392,6 +439,31 @@ class ProfileStore:
             if user is not None:
                 query = query.where(TimeExtension.user == user)
             return [row.to_dict() for row in db.scalars(query)]
+
+    # -- notebook jobs ------------------------------------------------------
+
+    def record_notebook_job(self, **fields):
+        """Keep a submitted notebook job (``NotebookJob``'s fields); its dict."""
+        with self.Session.begin() as db:
+            row = NotebookJob(submitted_at=now(), **fields)
+            db.add(row)
+        return row.to_dict()
+
+    def notebook_jobs(self, user=None, limit=200):
+        """The latest notebook jobs (``user``'s, or everyone's), newest first."""
+        with self.Session() as db:
+            query = select(NotebookJob).order_by(NotebookJob.submitted_at.desc()).limit(limit)
+            if user is not None:
+                query = query.where(NotebookJob.user == user)
+            return [row.to_dict() for row in db.scalars(query)]
+
+    def notebook_job(self, job_id):
+        """The notebook job ``job_id``'s dict, or NotFound."""
+        with self.Session() as db:
+            row = db.get(NotebookJob, str(job_id))
+            if row is None:
+                raise NotFound(f"No notebook job {str(job_id)[:32]}")
+            return row.to_dict()
 
     # -- image checks -------------------------------------------------------
 

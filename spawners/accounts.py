@@ -12,7 +12,9 @@ import time
 
 from tornado import web
 
-from portal.core.profiles import ProfileError, unix_groups
+from portal.core.profiles import check_account, unix_groups
+
+__all__ = ["check_account", "looked_up"]
 
 # user name -> (monotonic time, passwd entry, groups), shared by the hub's spawners
 _seen = {}
@@ -36,23 +38,3 @@ def looked_up(name, ttl):
     seen = (time.monotonic(), entry, unix_groups(entry))
     _seen[name] = seen
     return seen
-
-
-def check_account(name, entry, groups, *, uid_min, uid_max, allowed_groups):
-    """Refuse, with ProfileError, an account that may not run sessions: a uid
-    outside ``uid_min``..``uid_max`` (system accounts) or in none of
-    ``allowed_groups`` (none: no group check). Returns ``groups``."""
-    if not uid_min <= entry.pw_uid <= uid_max:
-        raise ProfileError(
-            f"The account {name} cannot run portal sessions: its uid "
-            f"{entry.pw_uid} is outside the portal's user range "
-            f"({uid_min}-{uid_max})",
-            "user",
-        )
-    if allowed_groups and not set(groups) & set(allowed_groups):
-        raise ProfileError(
-            f"The account {name} cannot run portal sessions: it is in "
-            f"none of the portal's groups ({', '.join(allowed_groups)})",
-            "user",
-        )
-    return groups

@@ -6,7 +6,8 @@ session runs with that framework's environment inside it; ``user_images``: a
 user may name an image of their own, a folder in their home), a partition,
 the most GPUs (per node), nodes and hours a session may have, the slice per
 GPU (cores, memory), how long its sessions may idle (``idle_minutes``, 0:
-the site's ``[culling]`` value) and the LDAP groups that may use it. The
+the site's ``[culling]`` value), how many jobs one notebook sweep may
+run (``max_array``) and the LDAP groups that may use it. The
 spawner reads profiles through a *source* (a callable that returns the
 current list) at every form render and every spawn, so an edit applies at
 the next spawn without a restart. The hub's source is the admin service's
@@ -31,6 +32,7 @@ NODE_MAX_GPUS = 16
 MAX_NODES = 64
 MAX_HOURS = 24 * 30
 MAX_IDLE_MINUTES = MAX_HOURS * 60
+MAX_ARRAY = 1000  # jobs of one notebook sweep (a Slurm array); Slurm's MaxArraySize bounds it too
 MAX_REVISION = 2**31  # revisions are stored and compared as SQLite integers
 # The fields a profile may leave out, whose defaults are the site's [slurm]
 # values (deploy/portal.toml declares them).
@@ -64,6 +66,7 @@ class Profile:
     default_hours: int = SLICE_DEFAULTS["default_hours"]
     max_hours: int = SLICE_DEFAULTS["max_hours"]
     idle_minutes: int = 0  # minutes idle before the culler stops a session; 0: the site's
+    max_array: int = 16  # the most jobs of one notebook sweep (portal.core.notebooks)
     groups: tuple = field(default_factory=tuple)
     enabled: bool = True
     revision: int = 0
@@ -161,6 +164,7 @@ def profile_from_dict(data, defaults=None):
         default_hours=_int(data, "default_hours", 1, MAX_HOURS),
         max_hours=_int(data, "max_hours", 1, MAX_HOURS),
         idle_minutes=_int(data, "idle_minutes", 0, MAX_IDLE_MINUTES),
+        max_array=_int(data, "max_array", 1, MAX_ARRAY),
         groups=tuple(sorted(set(groups))),
         enabled=data.get("enabled", True),
         image=_text(data, "image", IMAGE_RE, 64, required=False),
@@ -192,8 +196,29 @@ def choose(profiles, name, user_groups):
     raise ProfileError(f"Profile {name[:40]!r} is not available to you", "profile")
 
 
+def check_account(name, entry, groups, *, uid_min, uid_max, allowed_groups):
+    """Refuse, with ProfileError, an account that may not run sessions: a uid
+    outside ``uid_min``..``uid_max`` (system accounts) or in none of
+    ``allowed_groups`` (none: no group check). Returns ``groups``."""
+    if not uid_min <= entry.pw_uid <= uid_max:
+        raise ProfileError(
+            f"The account {name} cannot run portal sessions or jobs: its uid "
+            f"{entry.pw_uid} is outside the portal's user range "
+            f"({uid_min}-{uid_max})",
+            "user",
+        )
+    if allowed_groups and not set(groups) & set(allowed_groups):
+        raise ProfileError(
+            f"The account {name} cannot run portal sessions or jobs: it is in "
+            f"none of the portal's groups ({', '.join(allowed_groups)})",
+            "user",
+        )
+    return groups
+
+
 __all__ = [
     "Profile",
+    "check_account",
     "ProfileError",
     "SliceError",
     "choose",

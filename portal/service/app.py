@@ -21,10 +21,11 @@ from portal import settings as site_settings
 from portal import tlscontext
 from portal.core.profiles import IMAGE_RE, NAME_RE
 from portal.extend import ExtensionCheck, SessionExtender
+from portal.notebookjobs import NotebookJobs
 from portal.service.cluster import ClusterSource
 from portal.store import ProfileStore, store_url
 
-from . import api, pages
+from . import api, jobs, pages
 from .images import ImageChecks
 from .operations import ProfileOperations, SessionOperations
 
@@ -95,6 +96,7 @@ def create_application(settings=None, store=None, image_runner=None):
         (route("api/sessions/extensions"), api.ExtensionsAPI),
         (route("api/sessions/([^/]+)"), api.SessionAPI),
         (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
+        *jobs.routes(route),
     ]
     return web.Application(
         handlers,
@@ -102,6 +104,7 @@ def create_application(settings=None, store=None, image_runner=None):
         operations=operations,
         images=images,
         sessions=sessions,
+        notebook_jobs=NotebookJobs(store, settings),
         jinja=jinja,
         service_prefix=prefix,
         hub_prefix=hub_prefix,

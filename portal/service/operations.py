@@ -28,6 +28,7 @@ INT_FIELDS = (
     "default_hours",
     "max_hours",
     "idle_minutes",
+    "max_array",
     "revision",
 )
 TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition", "image")

@@ -64,7 +64,7 @@ class ProfileEditPage(BaseHandler):
         it, else the latest of the profile's image with its environment."""
         blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
         blank.update(environment="", groups=[], enabled=False, max_gpus="", max_nodes=1, revision=0)
-        blank.update(idle_minutes=0, image="", user_images=False)
+        blank.update(idle_minutes=0, max_array=16, image="", user_images=False)
         data = {**blank, **data}
         images = self.ops.images
         if check is None and data["image"]:

@@ -14,6 +14,7 @@ import os
 from portal.helper import extend as extendhelper
 
 from .parse import (
+    SACCT_TASK_FIELDS,
     SlurmError,
     max_time_minutes,
     parse_assoc_uids,
@@ -25,8 +26,10 @@ from .parse import (
     parse_qos_gpu_limits,
     parse_qos_usage,
     parse_running_limit,
+    parse_sacct_tasks,
     parse_sinfo,
     parse_squeue,
+    parse_squeue_tasks,
     parse_will_run,
 )
 
@@ -112,7 +115,14 @@ def as_root_helper(*args):
 
 
 def sbatch_argv(
-    job_slice, *, job_name="", chdir="", output="/dev/null", time_limit=None, test_only=False
+    job_slice,
+    *,
+    job_name="",
+    chdir="",
+    output="/dev/null",
+    time_limit=None,
+    test_only=False,
+    array=0,
 ):
     """sbatch's whole command line for a session of ``job_slice``: every
     option the portal gives sbatch is here (the batch script has no
@@ -133,6 +143,9 @@ def sbatch_argv(
     slice's hours by default) are deploy/smoke.py's, whose jobs keep sbatch's
     output and run briefly.
 
+    ``array``: a notebook sweep of that many jobs, one Slurm array
+    (``--array=0-N-1``; portal.notebookjobs); 0, no array.
+
     ``test_only``: the query behind the spawn page's expected start, with the
     same resources, submitting nothing::
 
@@ -142,6 +155,7 @@ def sbatch_argv(
         head, tail = ["--test-only"], ["--wrap=true"]
     else:
         head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", f"--output={output}"]
+        head += [f"--array=0-{array - 1}"] if array else []
         tail = []
     return [
         "sbatch",
@@ -348,6 +362,26 @@ async def listed(job_ids, timeout):
         if "Invalid job id" in str(e):
             return set()
         raise
+
+
+async def notebook_tasks(job_ids, timeout):
+    """Every task of the notebook jobs ``job_ids`` as sacct records them
+    (queued, running and ended alike), and as squeue sees those it still
+    lists (a queued one's expected start): ``(sacct's, squeue's)``, each
+    ``{job_id: {task: fields}}`` (``parse.parse_sacct_tasks``)."""
+    if not job_ids:
+        return {}, {}
+    ids = ",".join(job_ids)
+    argv = ["sacct", "-a", "-X", "-n", "-P", "-j", ids, "-o", SACCT_TASK_FIELDS]
+    accounted = parse_sacct_tasks(await run(argv, timeout=timeout))
+    argv = ["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%S|%e|%r"]
+    try:
+        queued = parse_squeue_tasks(await run(argv, timeout=timeout))
+    except SlurmError as e:
+        if "Invalid job id" not in str(e):
+            raise
+        queued = {}
+    return accounted, queued
 
 
 async def cancel_as_root(job_ids, timeout):

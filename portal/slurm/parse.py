@@ -423,3 +423,86 @@ def parse_default_qos(text, partition):
         qos = default_qos or (listed[0] if len(listed) == 1 else "")
         chosen[part] = qos
     return chosen.get(partition, chosen.get("", ""))
+
+
+# -- notebook jobs -----------------------------------------------------------
+
+SACCT_TASK_FIELDS = "JobID,State,ExitCode,Submit,Start,End,Elapsed,NodeList,Reason"
+ARRAY_ID_RE = re.compile(r"^(\d+)(?:_(\d+|\[[\d,%-]+\]))?$")
+
+
+def _task_numbers(text):
+    """An array's pending tasks as sacct writes them, ``[0-2,5%4]`` -> 0, 1, 2, 5."""
+    ranges = text.strip("[]").split("%")[0]
+    numbers = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (high or low).isdigit():
+            numbers += range(int(low), min(int(high or low), int(low) + 10000) + 1)
+    return numbers
+
+
+def parse_sacct_tasks(text):
+    r"""``sacct -X -n -P -o SACCT_TASK_FIELDS`` output -> ``{job_id: {task: fields}}``:
+    task None for a job that is no array; a pending array's tasks one by one.
+
+    >>> out = "812_[1-2]|PENDING|0:0|2026-11-27T09:00:00|Unknown|Unknown|00:00:00|"
+    >>> out += "None assigned|Priority\n812_0|COMPLETED|0:0|2026-11-27T09:00:00|"
+    >>> out += "2026-11-27T09:00:01|2026-11-27T09:01:01|00:01:00|n1|None"
+    >>> tasks = parse_sacct_tasks(out)["812"]
+    >>> sorted(tasks), tasks[0]["state"], tasks[0]["elapsed"], tasks[1]["state"], tasks[1]["reason"]
+    ([0, 1, 2], 'COMPLETED', '00:01:00', 'PENDING', 'Priority')
+    """
+    jobs = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 9:
+            continue
+        match = ARRAY_ID_RE.match(parts[0])
+        if not match:
+            continue
+        job_id, task = match.groups()
+        _, state, exit_code, submit, start, end, elapsed, nodes, reason = parts
+        fields = {
+            "state": state.split()[0] if state.strip() else "UNKNOWN",
+            "exit_code": exit_code,
+            "submit": parse_time(submit),
+            "start": parse_time(start),
+            "end": parse_time(end),
+            "elapsed": elapsed,
+            "nodes": "" if nodes in ("None assigned", "(null)") else nodes,
+            "reason": "" if reason in ("None", "(null)") else reason,
+        }
+        numbers = [None] if task is None else (
+            _task_numbers(task) if task.startswith("[") else [int(task)]
+        )  # fmt: skip
+        for number in numbers:
+            jobs.setdefault(job_id, {})[number] = dict(fields)
+    return jobs
+
+
+def parse_squeue_tasks(text):
+    """``squeue -r -o %i|%T|%S|%e|%r`` output -> ``{job_id: {task: fields}}``
+    (``start``: the expected start of a pending one, ``end``: when it ends
+    at the latest).
+
+    >>> task = parse_squeue_tasks("812_1|PENDING|2026-11-27T10:00:00|N/A|Resources")["812"][1]
+    >>> task["state"], task["start"].isoformat(), task["end"], task["reason"]
+    ('PENDING', '2026-11-27T10:00:00', None, 'Resources')
+    """
+    jobs = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        match = ARRAY_ID_RE.match(parts[0])
+        if not match or (match.group(2) or "").startswith("["):
+            continue
+        job_id, task = match.groups()
+        jobs.setdefault(job_id, {})[None if task is None else int(task)] = {
+            "state": parts[1],
+            "start": parse_time(parts[2]),
+            "end": parse_time(parts[3]),
+            "reason": "" if parts[4] in ("None", "(null)") else parts[4],
+        }
+    return jobs

@@ -37,9 +37,10 @@ def test_sudoers_lets_the_hub_run_slurm_as_portal_users_and_the_helper_as_root()
         "Cmnd_Alias PORTAL_EXTEND = /usr/local/libexec/portal/portal-extend ^[0-9]{1,10}$" in lines
     )
     assert "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check" in lines
+    assert "Cmnd_Alias PORTAL_NOTEBOOK = /usr/local/libexec/portal/portal-notebook" in lines
     assert lines[-4:] == [
         "Defaults:portal env_reset, !setenv, !lecture",
-        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK",
+        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK, PORTAL_NOTEBOOK",
         "portal ALL = (nobody) NOPASSWD: PORTAL_IMAGE_CHECK",
         "portal ALL = (root) NOPASSWD: PORTAL_EXTEND",
     ]
@@ -52,7 +53,7 @@ def test_the_image_check_runs_as_the_portals_users_and_nobody_never_as_root():
     naming = [line for line in rules if "PORTAL_IMAGE_CHECK" in line or "image-check" in line]
     assert naming == [
         "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check",
-        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK",
+        "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK, PORTAL_NOTEBOOK",
         "portal ALL = (nobody) NOPASSWD: PORTAL_IMAGE_CHECK",
     ]
     assert "!root" in lines[[line.startswith("Runas_Alias") for line in lines].index(True)]

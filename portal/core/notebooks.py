@@ -1,0 +1,221 @@
+"""Notebooks run as Slurm jobs (issue 27): what a request may name, checked
+before anything is submitted. Pure: no Slurm, no file is read here (the
+notebook is read as its user by ``portal.helper.notebook``).
+
+- the notebook's path: inside the user's home, relative to it (an absolute
+  path in the home is taken as that), no ``..``, a ``.ipynb`` file;
+- its parameters: the names of the notebook's ``parameters`` cell (the cell
+  tagged ``parameters``, as papermill finds it), each typed from its
+  default there (``epochs = 3``: a whole number);
+- a sweep: lists of values for some of those names, one job of a Slurm
+  array per combination, at most the profile's ``max_array``;
+- where the results go: ``jobs/`` beside the notebook, named after it and
+  the Slurm job (``mnist-pytorch-812.ipynb``, ``...-812_2.ipynb`` for the
+  third task of an array).
+"""
+
+import ast
+import itertools
+import json
+import posixpath
+import re
+from dataclasses import dataclass
+
+from .slice import FieldError
+
+MAX_PATH = 1024
+# What a path's parts may hold: anything printable but a slash or a backslash.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MAX_VALUE_CHARS = 4096  # of one parameter's JSON
+MAX_PARAMETERS = 64
+RESULTS = "jobs"  # the folder beside the notebook where its jobs write
+
+# A default's Python type -> the type name a request's values are checked against.
+TYPES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict"}
+
+
+class NotebookError(FieldError):
+    """A notebook job that cannot be submitted; ``field`` names what to fix."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str  # bool int float str list dict; "any": the default is None
+    default: object
+
+    def to_dict(self):
+        return {"name": self.name, "type": self.type, "default": self.default}
+
+
+def notebook_path(path, home):
+    """``path`` (relative to ``home``, or absolute inside it) as a normal path
+    relative to the home, or NotebookError. Links are the helper's to check:
+    it resolves the path as the user and refuses one that leads out."""
+    if not isinstance(path, str) or not path.strip():
+        raise NotebookError("notebook: give the path of a notebook in your home", "notebook")
+    path = path.strip()
+    if len(path) > MAX_PATH or CONTROL_RE.search(path):
+        raise NotebookError(
+            "notebook: the path is too long or has control characters or backslashes", "notebook"
+        )
+    if path.startswith("~/"):
+        path = path[2:]
+    elif path.startswith("/"):
+        prefix = home.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise NotebookError(f"notebook: {path[:80]!r} is not inside your home", "notebook")
+        path = path[len(prefix) :]
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise NotebookError("notebook: the path may not contain '..'", "notebook")
+    if not parts or not parts[-1].endswith(".ipynb") or parts[-1] == ".ipynb":
+        raise NotebookError(
+            f"notebook: {path[:80]!r} is not a notebook (a .ipynb file)", "notebook"
+        )
+    return "/".join(parts)
+
+
+def result_base(notebook, job_id, task=None):
+    """The results of ``notebook``'s job (relative to the home), without the
+    extension: ``templates/pytorch/jobs/mnist-pytorch-812`` (``_2``: task 2).
+
+    >>> result_base("templates/pytorch/mnist-pytorch.ipynb", "812", 2)
+    'templates/pytorch/jobs/mnist-pytorch-812_2'
+    >>> result_base("run.ipynb", "9")
+    'jobs/run-9'
+    """
+    folder, name = posixpath.split(notebook)
+    suffix = f"{job_id}" if task is None else f"{job_id}_{task}"
+    return posixpath.join(folder, RESULTS, f"{name[: -len('.ipynb')]}-{suffix}")
+
+
+# -- the parameters cell -------------------------------------------------
+
+
+def parameters_of(source):
+    """The parameters a ``parameters`` cell's Python ``source`` declares:
+    each top-level ``NAME = LITERAL`` (or ``NAME: T = LITERAL``), in order.
+    A default that is no literal (``steps = 10 * 2``) makes a parameter of
+    type ``"expr"``, which a request may not set (there is no type to check).
+
+    >>> [p.to_dict() for p in parameters_of("epochs = 3  # passes\\nrate = 0.1\\nname = 'a'")]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'name': 'epochs', 'type': 'int', 'default': 3},
+     {'name': 'rate', 'type': 'float', 'default': 0.1},
+     {'name': 'name', 'type': 'str', 'default': 'a'}]
+    """
+    try:
+        tree = ast.parse(source or "")
+    except SyntaxError as e:
+        raise NotebookError(
+            f"notebook: its parameters cell is not valid Python ({e.msg}, line {e.lineno})",
+            "notebook",
+        ) from None
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name):
+            continue
+        try:
+            default = ast.literal_eval(value)
+            kind = "any" if default is None else TYPES.get(type(default), "expr")
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            default, kind = None, "expr"
+        found[target.id] = Parameter(target.id, kind, default)
+    return list(found.values())
+
+
+def typed(parameter, value, where):
+    """``value`` (from JSON) as ``parameter``'s type, or NotebookError."""
+    kind = parameter.type
+    shown = json.dumps(value)[:60]
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+        "list": isinstance(value, list),
+        "dict": isinstance(value, dict),
+        "any": isinstance(value, (bool, int, float, str)) or value is None,
+    }.get(kind, False)
+    if kind == "expr":
+        raise NotebookError(
+            f"{where}: {parameter.name!r} has no literal default in the parameters cell, "
+            "so its type is unknown and it cannot be set",
+            where.partition(".")[0],
+        )
+    if not ok:
+        want = {"any": "a number, text, true/false or null"}.get(kind, f"of type {kind}")
+        raise NotebookError(
+            f"{where}: {parameter.name!r} must be {want} (its default is "
+            f"{json.dumps(parameter.default)[:40]}), not {shown}",
+            where.partition(".")[0],
+        )
+    if len(json.dumps(value)) > MAX_VALUE_CHARS:
+        raise NotebookError(
+            f"{where}: the value is longer than {MAX_VALUE_CHARS} characters", where.split(".")[0]
+        )
+    return float(value) if kind == "float" else value
+
+
+def _declared(declared, name, field):
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise NotebookError(f"{field}: {str(name)[:40]!r} is not a parameter name", field)
+    for parameter in declared:
+        if parameter.name == name:
+            return parameter
+    names = ", ".join(p.name for p in declared) or "none: the notebook has no parameters cell"
+    raise NotebookError(
+        f"{field}: {name!r} is not in the notebook's parameters cell (its parameters: {names})",
+        field,
+    )
+
+
+def task_parameters(declared, parameters, sweep, max_array):
+    """The parameters of each job to run: one dict for a plain job, one per
+    combination of the ``sweep``'s values (an array of at most ``max_array``
+    jobs), each over ``parameters``; every name and value checked against
+    the notebook's ``declared`` parameters. NotebookError otherwise."""
+    parameters = {} if parameters is None else parameters
+    sweep = {} if sweep is None else sweep
+    if not isinstance(parameters, dict):
+        raise NotebookError("parameters must be an object {name: value}", "parameters")
+    if not isinstance(sweep, dict):
+        raise NotebookError("sweep must be an object {name: [values]}", "sweep")
+    if len(parameters) + len(sweep) > MAX_PARAMETERS:
+        raise NotebookError(f"at most {MAX_PARAMETERS} parameters may be set", "parameters")
+    fixed = {}
+    for name, value in parameters.items():
+        parameter = _declared(declared, name, "parameters")
+        fixed[name] = typed(parameter, value, f"parameters.{name}")
+    axes = []
+    for name, values in sweep.items():
+        parameter = _declared(declared, name, "sweep")
+        if name in fixed:
+            raise NotebookError(f"sweep: {name!r} is also in parameters; give it once", "sweep")
+        if not isinstance(values, list) or not values:
+            raise NotebookError(f"sweep: {name!r} must be a non-empty list of values", "sweep")
+        if len(values) > max_array:
+            raise NotebookError(
+                f"sweep: {name!r} has {len(values)} values, more than the {max_array} jobs "
+                "this profile's arrays may have (max_array)",
+                "sweep",
+            )
+        axes.append([(name, typed(parameter, v, f"sweep.{name}")) for v in values])
+    count = 1
+    for axis in axes:
+        count *= len(axis)
+    if count > max_array:
+        raise NotebookError(
+            f"sweep: {count} combinations, more than the {max_array} jobs this profile's "
+            "arrays may have (max_array)",
+            "sweep",
+        )
+    return [{**fixed, **dict(combination)} for combination in itertools.product(*axes)]

@@ -1,0 +1,288 @@
+"""Notebooks run as Slurm jobs (issue 27): the one submission operation
+behind the service's API (``POST /services/portal/api/jobs``), its page
+("Run a notebook as a job", linked from the hub's home page) and
+JupyterLab's scheduler (``portal.session.scheduler``, which calls that API);
+and what the hub's home page and the API show of a user's jobs.
+
+A submission is checked as a session is, before anything runs as the user:
+the account (uid range, the portal's groups), the profile (enabled, the
+user's groups), the slice (``Profile.make_slice``), the QOS (a job whose
+GPUs its QOS never lets the user hold at once is refused); then the
+notebook, read as the user (``portal.helper.notebook`` through its sudoers
+rule): inside the home, no link out, a notebook with a kernel this site
+has, and its ``parameters`` cell, against which the request's parameters
+and sweep are checked and typed (``portal.core.notebooks``). Only then is
+one Slurm job submitted as the user (the sudoers rule of sessions,
+``--no-requeue``), an array for a sweep. A refusal raises FieldError (a
+``NotebookError``, ``ProfileError`` or ``SliceError``) and submits nothing.
+
+The job's state is Slurm's (sacct, and squeue for a queued one's expected
+start); the portal keeps what was asked (``portal.store.NotebookJob``).
+"""
+
+import json
+import logging
+import os
+import posixpath
+import pwd
+from datetime import UTC, datetime
+
+from portal.core.notebooks import (
+    NotebookError,
+    notebook_path,
+    parameters_of,
+    result_base,
+    task_parameters,
+)
+from portal.core.profiles import check_account, choose, unix_groups
+from portal.core.script import render_batch_script
+from portal.core.slice import FieldError
+from portal.helper import notebook as reader
+from portal.settings import portal_groups
+from portal.slurm import commands as slurm
+from portal.slurm.commands import as_user, run
+from portal.slurm.parse import SlurmError
+
+log = logging.getLogger("portal.notebookjobs")
+
+SCRIPT = "notebook-job.sh.j2"
+REQUEST_FIELDS = {"notebook", "profile", "gpus", "nodes", "hours", "parameters", "sweep"}
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE"}  # fmt: skip
+
+
+class ReadError(FieldError):
+    """A file of the user's that the reader refused or could not read."""
+
+
+def job_name(settings):
+    """The Slurm name of this hub's notebook jobs: its sessions' and ``-notebook``
+    (never the sessions' own: the shared poll and the extend helper take those)."""
+    return f"{settings['slurm']['job_name']}-notebook"
+
+
+class NotebookJobs:
+    def __init__(self, store, settings, profiles=None):
+        self.store = store
+        self.settings = settings
+        self.profiles = profiles or store.profiles  # the enabled profiles, now
+        self.job_name = job_name(settings)
+        self.timeout = settings["slurm"]["command_timeout"]
+        self.environment = settings["envs"]["jupyter"]
+        self.shared_data = settings["data"]["shared_data"]
+
+    # -- reading the user's files, as the user ------------------------------
+
+    async def read(self, username, command, path):
+        """``portal-notebook COMMAND PATH`` as ``username``: its output (bytes
+        decoded) or ReadError with the reader's reason."""
+        argv = as_user(username, [reader.INSTALLED_AT, command, path])
+        try:
+            return await run(argv, timeout=self.timeout)
+        except SlurmError as e:
+            _, said, reason = str(e).partition(reader.PREFIX)
+            if said:
+                raise ReadError(f"notebook: {reason.strip()}", "notebook") from None
+            log.error("portal-notebook as %s failed: %s", username, e)
+            raise ReadError(f"The notebook could not be read: {e}", "notebook") from None
+
+    def kernel_exists(self, name):
+        spec = os.path.join(self.environment, "share", "jupyter", "kernels", name, "kernel.json")
+        return bool(name) and "/" not in name and os.path.isfile(spec)
+
+    # -- submitting ---------------------------------------------------------
+
+    def account(self, username):
+        """(passwd entry, groups) of ``username``, who may run jobs; else ProfileError."""
+        try:
+            entry = pwd.getpwnam(username)
+        except KeyError:
+            raise NotebookError(f"The account {username} is not known here", "user") from None
+        hub = self.settings["hub"]
+        groups = unix_groups(entry)
+        check_account(
+            username, entry, groups, uid_min=hub["uid_min"], uid_max=hub["uid_max"],
+            allowed_groups=portal_groups(self.settings),
+        )  # fmt: skip
+        return entry, groups
+
+    async def check(self, username, request):
+        """Everything about ``request`` that can be checked before a
+        submission; a dict of what to submit, or FieldError."""
+        if not isinstance(request, dict):
+            raise NotebookError("The request must be a JSON object")
+        unknown = sorted(set(request) - REQUEST_FIELDS)
+        if unknown:
+            raise NotebookError(
+                f"unknown field(s): {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(REQUEST_FIELDS))})",
+                unknown[0],
+            )
+        entry, groups = self.account(username)
+        profile = choose(self.profiles(), request.get("profile"), groups)
+        if profile.in_container:
+            raise NotebookError(
+                f"Profile {profile.name!r} runs in a container image: notebook jobs run in the "
+                "site's environments for now; choose a profile without an image",
+                "profile",
+            )
+        gpus = request.get("gpus", 1)
+        job_slice = profile.make_slice(gpus, request.get("hours"), request.get("nodes"))
+        path = notebook_path(request.get("notebook"), entry.pw_dir)
+        facts = json.loads(await self.read(username, "inspect", path))
+        if not self.kernel_exists(facts.get("kernel", "")):
+            raise NotebookError(
+                f"notebook: its kernel {facts.get('kernel', '')[:40]!r} is not one of this "
+                "site's (choose a kernel in JupyterLab and save the notebook)",
+                "notebook",
+            )
+        declared = parameters_of(facts["parameters"]) if facts["parameters"] is not None else []
+        tasks = task_parameters(
+            declared, request.get("parameters"), request.get("sweep"), profile.max_array
+        )
+        await self.check_qos(username, job_slice)
+        return {
+            "entry": entry, "profile": profile, "slice": job_slice, "notebook": path,
+            "kernel": facts["kernel"], "tasks": tasks,
+            "parameters": dict(request.get("parameters") or {}),
+            "sweep": dict(request.get("sweep") or {}),
+        }  # fmt: skip
+
+    async def check_qos(self, username, job_slice):
+        """Refuse a job that asks for more GPUs than its QOS ever lets the
+        user hold at once (it would pend for good); what cannot be read
+        checks nothing (logged: Slurm still enforces its limit)."""
+        try:
+            qos = await slurm.default_qos(username, job_slice.partition, timeout=self.timeout)
+            limits = await slurm.qos_gpu_limits(timeout=self.timeout) if qos else {}
+        except SlurmError as e:
+            log.warning("The QOS of %s could not be read; not checked ahead: %s", username, e)
+            return
+        limit = limits.get(qos)
+        wanted = job_slice.gpus * job_slice.nodes
+        if limit is not None and wanted > limit:
+            raise NotebookError(
+                f"A job of {wanted} GPUs never runs: your QOS {qos} lets you hold at most "
+                f"{limit} GPUs at once",
+                "gpus",
+            )
+
+    def script(self, checked):
+        """The job's batch script (every value shell-quoted)."""
+        folder, name = posixpath.split(checked["notebook"])
+        home = checked["entry"].pw_dir
+        return render_batch_script(
+            SCRIPT,
+            results=posixpath.join(home, folder, "jobs"),
+            stem=name[: -len(".ipynb")],
+            notebook=checked["notebook"],
+            tasks=checked["tasks"],
+            environment=self.environment,
+            shared_data=self.shared_data,
+            env={"PORTAL_PROFILE": checked["profile"].name, "PORTAL_NOTEBOOK_JOB": "1"},
+        )
+
+    async def submit(self, username, request, actor, rerun_of=None):
+        """Check ``request`` and submit it as ``username``: the job's dict."""
+        checked = await self.check(username, request)
+        job_slice, tasks = checked["slice"], checked["tasks"]
+        argv = slurm.sbatch_argv(
+            job_slice, job_name=self.job_name, chdir=checked["entry"].pw_dir,
+            array=len(tasks) if checked["sweep"] else 0,
+        )  # fmt: skip
+        try:
+            job_id = await slurm.submit(username, self.script(checked), argv, self.timeout)
+        except SlurmError as e:
+            log.error("Notebook job of %s refused by Slurm: %s", username, e)
+            raise NotebookError(f"The scheduler did not accept the job: {e}") from None
+        log.info(
+            "Notebook job %s of %s (by %s): %s, %d task(s), %s",
+            job_id, username, actor, checked["notebook"], len(tasks), job_slice.describe(),
+        )  # fmt: skip
+        return self.store.record_notebook_job(
+            job_id=job_id, user=username, notebook=checked["notebook"],
+            profile=checked["profile"].name, gpus=job_slice.gpus, nodes=job_slice.nodes,
+            hours=job_slice.hours, parameters=checked["parameters"], sweep=checked["sweep"],
+            tasks=tasks, kernel=checked["kernel"], submitted_by=actor, rerun_of=rerun_of,
+        )  # fmt: skip
+
+    async def rerun(self, record, actor):
+        """The same request again (the notebook as it is now)."""
+        request = {k: record[k] for k in ("notebook", "profile", "gpus", "nodes", "hours")}
+        request.update(parameters=record["parameters"], sweep=record["sweep"])
+        return await self.submit(record["user"], request, actor, rerun_of=record["id"])
+
+    async def cancel(self, record):
+        """scancel the job (every task of an array) as its user."""
+        await slurm.cancel(record["user"], [record["id"]], timeout=self.timeout)
+
+    # -- what the user sees -------------------------------------------------
+
+    async def with_states(self, records):
+        """``records`` with Slurm's view of each task added (``state``,
+        ``tasks_state``: per task, its state, times, output); a query that
+        fails leaves them ``UNKNOWN`` with the reason, never "gone"."""
+        error = ""
+        try:
+            accounted, queued = await slurm.notebook_tasks(
+                [r["id"] for r in records], timeout=self.timeout
+            )
+        except SlurmError as e:
+            accounted, queued, error = {}, {}, str(e)
+        return [describe(r, accounted.get(r["id"], {}), queued.get(r["id"], {}), error)
+                for r in records]  # fmt: skip
+
+
+def _iso(value):
+    return value.astimezone(UTC).isoformat(timespec="seconds") if value else None
+
+
+def describe(record, accounted, queued, error=""):
+    """A job's record with its tasks' states (sacct's; squeue's start and end
+    for those it lists) and outputs; ``state``: the job's overall one."""
+    now = datetime.now(UTC)
+    array = bool(record["sweep"])
+    tasks = []
+    for index, values in enumerate(record["tasks"]):
+        key = index if array else None
+        fields = accounted.get(key) or {}
+        listed = queued.get(key) or {}
+        state = listed.get("state") or fields.get("state") or ("UNKNOWN" if error else "SUBMITTED")
+        start = listed.get("start") or fields.get("start")
+        end = listed.get("end") or fields.get("end")
+        base = result_base(record["notebook"], record["id"], key)
+        task = {
+            "task": key,
+            "parameters": values,
+            "state": state,
+            "reason": listed.get("reason") or fields.get("reason", ""),
+            "exit_code": fields.get("exit_code", ""),
+            "start": _iso(start),
+            "end": _iso(end),
+            "elapsed": fields.get("elapsed", ""),
+            "nodes": fields.get("nodes", ""),
+            "output": f"{base}.ipynb",
+            "html": f"{base}.html",
+            "log": f"{base}.log",
+        }
+        if state == "RUNNING" and end:
+            task["seconds_left"] = max(0, int((end.astimezone(UTC) - now).total_seconds()))
+        tasks.append(task)
+    states = {t["state"] for t in tasks}
+    if len(states) == 1:
+        overall = states.pop()
+    elif states & {"RUNNING", "PENDING", "SUBMITTED", "COMPLETING"}:
+        overall = "RUNNING" if "RUNNING" in states else "PENDING"
+    else:
+        overall = "FAILED" if states - {"COMPLETED"} else "COMPLETED"
+    first = tasks[0] if tasks else {}
+    return {
+        **record,
+        "state": overall,
+        "ended": overall in ENDED,
+        "error": error,
+        "output": first.get("output"),
+        "html": first.get("html"),
+        "log": first.get("log"),
+        "task_states": tasks,
+    }
