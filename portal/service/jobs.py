@@ -37,13 +37,46 @@ RESULT_CSP = (
 )
 
 
+# What the markdown and HTML of a notebook keep (bleach's allow-list, wider
+# than nbconvert's own, which escapes headings and images): no script, no
+# event handler, no style, no form, no frame; links to the web only, images
+# inline only (data:image/...).
+KEPT_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1", "h2",
+    "h3", "h4", "h5", "h6", "hr", "i", "img", "kbd", "li", "ol", "p", "pre", "s", "span",
+    "strong", "sub", "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul",
+}  # fmt: skip
+
+
+def _kept_attribute(tag, name, value):
+    if name in ("class", "id", "title", "alt", "colspan", "rowspan", "align"):
+        return True
+    if tag == "a" and name == "href":
+        return value.startswith(("https://", "http://", "mailto:", "#"))
+    return tag == "img" and name == "src" and value.startswith("data:image/")
+
+
+def clean_html(element):
+    """``element`` (HTML of a notebook's user) with only ``KEPT_TAGS`` and
+    their harmless attributes; anything else escaped, shown as text."""
+    import bleach
+
+    text = element.decode() if isinstance(element, bytes) else str(element)
+    return bleach.clean(text, tags=KEPT_TAGS, attributes=_kept_attribute, protocols=(
+        "http", "https", "mailto", "data",
+    ))  # fmt: skip
+
+
 def render_notebook(text):
-    """The notebook JSON ``text`` as HTML, sanitized (nbconvert's
-    ``sanitize_html``: no script, no event handler, no active content)."""
+    """The notebook JSON ``text`` as HTML, sanitized: nbconvert's
+    ``sanitize_html`` (its markdown, HTML and SVG go through ``clean_html``),
+    its own outputs of JavaScript dropped."""
     import nbconvert
     import nbformat
 
-    exporter = nbconvert.HTMLExporter(template_name="lab", sanitize_html=True)
+    exporter = nbconvert.HTMLExporter(
+        template_name="lab", sanitize_html=True, filters={"clean_html": clean_html}
+    )
     body, _ = exporter.from_notebook_node(nbformat.reads(text, as_version=4))
     return body
 

@@ -42,8 +42,8 @@ def cancel_jobs_of(users, timeout=60):
 
 
 def cancel_test_jobs():
-    """scancel every job of the test hub (without waiting)."""
-    subprocess.run(["scancel", "--name", JOB_NAME], check=False)
+    """scancel every job of the test hub, its notebook jobs too (without waiting)."""
+    subprocess.run(["scancel", "--name", f"{JOB_NAME},{JOB_NAME}-notebook"], check=False)
 
 
 def partition_nodes(partition):
