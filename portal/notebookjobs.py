@@ -42,6 +42,7 @@ from portal.settings import portal_groups
 from portal.slurm import commands as slurm
 from portal.slurm.commands import as_user, run
 from portal.slurm.parse import SlurmError
+from portal.store import NotFound
 
 log = logging.getLogger("portal.notebookjobs")
 
@@ -215,6 +216,30 @@ class NotebookJobs:
     async def cancel(self, record):
         """scancel the job (every task of an array) as its user."""
         await slurm.cancel(record["user"], [record["id"]], timeout=self.timeout)
+
+    async def declared(self, username, path):
+        """``(path, kernel, [Parameter])`` of the notebook ``path`` of
+        ``username``'s, read as them; FieldError otherwise."""
+        entry, _ = self.account(username)
+        path = notebook_path(path, entry.pw_dir)
+        facts = json.loads(await self.read(username, "inspect", path))
+        source = facts.get("parameters")
+        return path, facts["kernel"], parameters_of(source) if source is not None else []
+
+    def offered(self, username):
+        """The profiles ``username`` may run notebook jobs with (no image)."""
+        _, groups = self.account(username)
+        return [p for p in self.profiles() if p.allows(groups) and not p.in_container]
+
+    def visible(self, job_id, username, is_admin):
+        """The record of ``job_id`` when ``username`` may see it (their own;
+        any, for a portal admin), else None: the same for a job that does
+        not exist, so that nobody learns whose a number is."""
+        try:
+            record = self.store.notebook_job(job_id)
+        except NotFound:
+            return None
+        return record if is_admin or record["user"] == username else None
 
     # -- what the user sees -------------------------------------------------
 

@@ -3,6 +3,9 @@ service checks (shared by the hub, ``spawners``, and the service,
 ``portal.service``; imports nothing)."""
 
 ADMIN_SCOPE = "custom:portal:admin"
+# Run notebooks as Slurm jobs as oneself (portal.notebookjobs) through the
+# hub's API: every user holds it, their sessions' servers' tokens too.
+JOBS_SCOPE = "custom:portal:jobs"
 
 
 def is_portal_admin(scopes):

@@ -167,12 +167,32 @@ class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
 
 
 class PortalHomeHandler(HomeHandler):
-    """The home page, with the notice the card's last action left (shown once)."""
+    """The home page, with the notice the card's last action left (shown
+    once), and the user's latest notebook jobs (``portal.notebookjobs``,
+    their states from Slurm)."""
+
+    def initialize(self, jobs=None):
+        self.jobs = jobs  # portal.notebookjobs.NotebookJobs
 
     def render_template(self, name, sync=False, **ns):
         if name == "home.html":
             ns.setdefault("portal_notice", self.take_notice())
+            if not sync:
+                return self._render_home(name, ns)
         return super().render_template(name, sync, **ns)
+
+    async def _render_home(self, name, ns):
+        ns.setdefault("portal_jobs", await self.notebook_jobs())
+        return await super().render_template(name, False, **ns)
+
+    async def notebook_jobs(self, limit=5):
+        """The user's latest notebook jobs with their states; [] when none
+        (or the store is not known: the page still shows the sessions)."""
+        user = self.current_user
+        if self.jobs is None or user is None:
+            return []
+        records = self.jobs.store.notebook_jobs(user=user.name, limit=limit)
+        return await self.jobs.with_states(records) if records else []
 
     def take_notice(self):
         raw = self.get_secure_cookie(NOTICE_COOKIE, max_age_days=1)

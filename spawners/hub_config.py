@@ -253,7 +253,7 @@ class StoreProfiles:
 def configure_service(c, settings):
     """The admin service (portal.service) at /services/portal/, its scope
     ADMIN_SCOPE and its own role; who holds the scope is ``configure_admins``'."""
-    from portal.roles import ADMIN_SCOPE
+    from portal.roles import ADMIN_SCOPE, JOBS_SCOPE
 
     portal = settings["portal"]
     repo = Path(__file__).resolve().parent.parent
@@ -282,7 +282,11 @@ def configure_service(c, settings):
         ADMIN_SCOPE: {
             "description": "Create, edit and delete the portal's spawner profiles; "
             "extend anyone's session."
-        }
+        },
+        JOBS_SCOPE: {
+            "description": "Run one's own notebooks as Slurm jobs, see and cancel them "
+            "(the hub's /hub/api/portal/jobs)."
+        },
     }
     # everyone logged in may open the service (profiles offered to them, the cluster)
     c.JupyterHub.extra_user_scopes = {"access:services!service=portal"}
@@ -294,7 +298,12 @@ def configure_service(c, settings):
             "scopes": ["list:users", "read:users", "read:servers", "admin:server_state"],
             "services": ["portal"],
         },
+        # JupyterHub's own user role, with the notebook jobs of oneself
+        {"name": "user", "scopes": ["self", JOBS_SCOPE]},
     ]
+    # the session's server token: the server role's scopes, and JupyterLab's
+    # scheduler submitting the user's notebook jobs (portal.session.scheduler)
+    c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", JOBS_SCOPE]
 
 
 PORTAL_ADMIN_SCOPES = [
@@ -397,6 +406,7 @@ def configure_culling(c, settings):
 
 
 def configure_spawner(c, settings):
+    from portal.notebookjobs import NotebookJobs
     from spawners import jupyterhub_patches
 
     slurm, envs = settings["slurm"], settings["envs"]
@@ -406,7 +416,7 @@ def configure_spawner(c, settings):
     # batchspawner's port callback sets any attribute it is sent: ours takes a
     # port only; a stop during a spawn answers the spawn's request as stopped,
     # not with a 500; the session card's "Extend by N hours" and GPU figures
-    jupyterhub_patches.install_routes(profiles.store)
+    jupyterhub_patches.install_routes(profiles.store, NotebookJobs(profiles.store, settings))
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))

@@ -26,7 +26,7 @@ PINNED = {"jupyterhub": "6.1.1", "batchspawner": "1.3.0"}
 # -- routes -------------------------------------------------------------------
 
 
-def install_routes(store):
+def install_routes(store, notebook_jobs=None):
     """The portal's handlers in JupyterHub's route lists (idempotent).
 
     JupyterHub 6.1.1 builds its routes, once, from the module lists
@@ -38,9 +38,12 @@ def install_routes(store):
     (``/api/batchspawner``) to the API list when ``batchspawner.api`` is
     imported. Replaced: batchspawner's port report (it sets any spawner
     attribute it is sent), ``UserServerAPIHandler`` and ``SpawnHandler`` (a
-    stop during a spawn answered 500), ``HomeHandler`` (the card's notice);
+    stop during a spawn answered 500), ``HomeHandler`` (the card's notice,
+    the user's notebook jobs from the store ``store``);
     added: the card's extension (with the profile store ``store``), GPU
-    figures and the pages' notices. Fails, and with it the hub's start, if a
+    figures, the pages' notices and, with ``notebook_jobs``
+    (``portal.notebookjobs.NotebookJobs``), the notebook jobs' API
+    (``spawners.jobs_api``). Fails, and with it the hub's start, if a
     replaced handler has no route any more.
     """
     import batchspawner.api  # noqa: F401 (registers the handler replaced here)
@@ -55,6 +58,7 @@ def install_routes(store):
         SpawnHandler: ours.PortalSpawnHandler,
         HomeHandler: ours.PortalHomeHandler,
     }
+    arguments = {ours.PortalHomeHandler: {"jobs": notebook_jobs}}  # initialize()'s
     added = {
         ours.PORT_ROUTE: (ours.PortReportHandler,),
         ours.EXTEND_ROUTE: (ours.SessionExtendHandler, {"store": store}),
@@ -64,15 +68,24 @@ def install_routes(store):
     lists = (handlers.default_handlers, apihandlers.default_handlers)
     for routes in lists:
         routes[:] = [
-            (route, replacements.get(cls, cls), *rest)
+            (route, new, arguments[new]) if new in arguments else (route, new, *rest)
             for route, cls, *rest in routes
             if route not in added
+            for new in [replacements.get(cls, cls)]
         ]
     installed = {cls for routes in lists for _, cls, *_ in routes}
     missing = [cls.__name__ for cls in replacements if replacements[cls] not in installed]
     if missing:
         raise RuntimeError(f"JupyterHub has no route for {', '.join(missing)} to replace")
     apihandlers.default_handlers.append((ours.PORT_ROUTE, *added.pop(ours.PORT_ROUTE)))
+    if notebook_jobs is not None:
+        from . import jobs_api
+
+        api_routes = {route for route, *_ in jobs_api.routes(None)}
+        apihandlers.default_handlers[:] = [
+            r for r in apihandlers.default_handlers if r[0] not in api_routes
+        ]
+        apihandlers.default_handlers.extend(jobs_api.routes(notebook_jobs))
     for route, target in added.items():
         handlers.default_handlers.append((route, *target))
 

@@ -128,8 +128,18 @@ def parameters_of(source):
             kind = "any" if default is None else TYPES.get(type(default), "expr")
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             default, kind = None, "expr"
+        if kind == "expr" or not _json_safe(default):
+            default, kind = None, "expr"  # a set, bytes, complex: no JSON, no type to check
         found[target.id] = Parameter(target.id, kind, default)
     return list(found.values())
+
+
+def _json_safe(value):
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def typed(parameter, value, where):
@@ -162,7 +172,14 @@ def typed(parameter, value, where):
         raise NotebookError(
             f"{where}: the value is longer than {MAX_VALUE_CHARS} characters", where.split(".")[0]
         )
-    return float(value) if kind == "float" else value
+    if kind == "float":
+        try:
+            return float(value)
+        except OverflowError:
+            raise NotebookError(
+                f"{where}: {parameter.name!r} is too large a number", where.partition(".")[0]
+            ) from None
+    return value
 
 
 def _declared(declared, name, field):
@@ -219,3 +236,64 @@ def task_parameters(declared, parameters, sweep, max_array):
             "sweep",
         )
     return [{**fixed, **dict(combination)} for combination in itertools.product(*axes)]
+
+
+# -- JupyterLab's scheduler dialog (portal.session.scheduler) ------------------
+
+COMPUTE_RE = re.compile(r"^(?:(\d{1,3}) nodes? × )?(\d{1,3}) GPUs?, (\d{1,4}) h$")
+
+
+def compute_types(max_gpus, max_nodes, default_hours, max_hours):
+    """The dialog's "compute type" choices of a profile: its slice's GPUs
+    (per node), nodes where it allows several, and hours, as one text each.
+
+    >>> compute_types(2, 1, 8, 24)
+    ['1 GPU, 8 h', '1 GPU, 1 h', '1 GPU, 24 h', '2 GPUs, 8 h', '2 GPUs, 1 h', '2 GPUs, 24 h']
+    >>> compute_types(1, 2, 1, 1)
+    ['1 GPU, 1 h', '2 nodes × 1 GPU, 1 h']
+    """
+    hours = list(dict.fromkeys([default_hours, 1, max_hours]))
+    nodes = [1, max_nodes] if max_nodes > 1 else [1]
+    return [
+        f"{'' if n == 1 else f'{n} nodes × '}{g} GPU{'s' if g > 1 else ''}, {h} h"
+        for n in nodes
+        for g in range(1, max_gpus + 1)
+        for h in hours
+    ]
+
+
+def parse_compute_type(text):
+    """``(gpus, nodes, hours)`` of a compute type's text, or NotebookError.
+
+    >>> parse_compute_type("2 nodes × 1 GPU, 4 h"), parse_compute_type("3 GPUs, 8 h")
+    ((1, 2, 4), (3, 1, 8))
+    """
+    match = COMPUTE_RE.match(text or "")
+    if not match:
+        raise NotebookError(f"compute type {str(text)[:40]!r} is not one of the profile's", "gpus")
+    nodes, gpus, hours = match.groups()
+    return int(gpus), int(nodes or 1), int(hours)
+
+
+def from_text(parameter, text):
+    """A value typed as text (the scheduler dialog's parameters are text),
+    as ``parameter``'s type: ``typed`` then checks it as any other value.
+
+    >>> [from_text(Parameter("n", t, d), s) for t, d, s in
+    ...  [("int", 1, "300"), ("float", 0.1, "1e-3"), ("bool", False, "true"), ("str", "", "a b")]]
+    [300, 0.001, True, 'a b']
+    """
+    kind = parameter.type
+    text = str(text).strip() if kind != "str" else str(text)
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "bool" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if kind in ("list", "dict", "any", "bool"):
+            return json.loads(text)
+    except ValueError:
+        pass
+    return text  # as text: ``typed`` says what it should have been

@@ -96,10 +96,11 @@ def notebook_facts(data, path):
     for cell in nb["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        tags = (cell.get("metadata") or {}).get("tags") or []
+        cell_meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        tags = cell_meta.get("tags") or []
         if isinstance(tags, list) and "parameters" in tags:
             text = cell.get("source", "")
-            source = "".join(text) if isinstance(text, list) else str(text)
+            source = "".join(map(str, text)) if isinstance(text, list) else str(text)
             break
     return {
         "path": path,

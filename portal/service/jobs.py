@@ -22,7 +22,6 @@ from tornado import web
 
 from portal.core.numbers import whole_number
 from portal.core.slice import FieldError
-from portal.store import NotFound
 
 from .api import APIHandler
 from .handlers import BaseHandler
@@ -88,11 +87,8 @@ class JobsMixin:
 
     def job_or_404(self, job_id):
         """The job's record when the user may see it (its owner, an admin); else 404."""
-        try:
-            record = self.store.notebook_job(job_id)
-        except NotFound:
-            record = None
-        if record is None or not (self.is_admin or record["user"] == self.current_user["name"]):
+        record = self.jobs.visible(job_id, self.current_user["name"], self.is_admin)
+        if record is None:
             raise web.HTTPError(404, f"No notebook job {str(job_id)[:32]} of yours")
         return record
 
@@ -149,20 +145,13 @@ class ParametersAPI(JobsMixin, APIHandler):
 
     @web.authenticated
     async def get(self):
-        from portal.core.notebooks import notebook_path, parameters_of
-
         try:
-            entry, _ = self.jobs.account(self.author)
-            path = notebook_path(self.get_argument("path", ""), entry.pw_dir)
-            facts = json.loads(await self.jobs.read(self.author, "inspect", path))
-            source = facts.get("parameters")
-            declared = parameters_of(source) if source is not None else []
+            path, kernel, declared = await self.jobs.declared(
+                self.author, self.get_argument("path", "")
+            )
         except FieldError as e:
             return self.fail(400, e, e.field)
-        self.send({
-            "path": path, "kernel": facts["kernel"],
-            "parameters": [p.to_dict() for p in declared],
-        })  # fmt: skip
+        self.send({"path": path, "kernel": kernel, "parameters": [p.to_dict() for p in declared]})
 
 
 # -- pages ------------------------------------------------------------------
