@@ -153,7 +153,7 @@ class Hub:
             self.hub_sh("stop")
 
     def cancel_jobs(self, user=None):
-        argv = ["scancel", "--name", self.job_name]
+        argv = ["scancel", "--name", f"{self.job_name},{self.job_name}-notebook"]
         if user:
             argv += ["--user", user]
         subprocess.run(argv, check=False, capture_output=True)

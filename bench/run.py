@@ -45,6 +45,11 @@ Figures (medians over repeated runs):
   a user's named session ``one`` (none other running) and then of ``two``
   beside it (the PyTorch profile, one GPU each);
   ``second_session_spawn_vs_first``: their ratio (issue 26).
+- ``batch_first_cell_s``: a notebook job's time to first cell, from its
+  submission (``POST /services/portal/api/jobs``, the PyTorch template, one
+  GPU) to the end of its first cell that imports PyTorch (papermill's
+  record); ``batch_first_cell_vs_session``: over ``first_cell_s_pytorch``,
+  when the firstcell part ran in the same run (``bench/batch.py``, issue 27).
 
 Progress goes to stderr; the figures to stdout, as they come and all together
 at the end. Run as root from the repository (``make bench``, or
@@ -61,10 +66,10 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from bench import dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
+from bench import batch, dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
 from portal import settings as site_settings
 
-PARTS = ("spawn", "container", "sessions", "train", "firstcell", "hub", "rpcs")
+PARTS = ("spawn", "container", "sessions", "train", "firstcell", "batch", "hub", "rpcs")
 TARGETS = {
     "spawn_vs_floor": ("<=", 1.1),
     "spawn_vs_stock": ("<=", 0.5),
@@ -279,6 +284,24 @@ def firstcell_figures(figures, portal, accounts, reps):
         figures.add(f"first_cell_s_{framework}", imports)
 
 
+def batch_figures(figures, portal, accounts, reps):
+    """A notebook job's first cell (bench/batch.py), beside a session's
+    (``first_cell_s_pytorch``, when the firstcell part ran before it)."""
+    name = "bench003"
+    client = users.login(portal, name, accounts[name])
+    marks = []
+    for i in range(reps):
+        spawn.random_phase()
+        marks.append(batch.batch_first_cell(portal, client, name))
+        say(f"notebook job {i + 1}/{reps}: first import cell {marks[-1]:.2f} s after the request")
+    figures.add("batch_first_cell_s", statistics.median(marks))
+    if "first_cell_s_pytorch" in figures:
+        figures.add(
+            "batch_first_cell_vs_session",
+            figures["batch_first_cell_s"] / figures["first_cell_s_pytorch"],
+        )
+
+
 def hub_figures(figures, portal, accounts, count, duration):
     chosen = {n: accounts[n] for n in sorted(accounts)[:count]}
     for suffix, think in (("", load.THINK), ("_stress", load.STRESS_THINK)):
@@ -351,7 +374,9 @@ def main(argv=None):
     portal, stock = hubs.portal_hub(), hubs.stock_hub()
     figures = Figures()
     try:
-        if {"spawn", "container", "sessions", "train", "firstcell", "hub"} & set(args.only):
+        if {"spawn", "container", "sessions", "train", "firstcell", "batch", "hub"} & set(
+            args.only
+        ):
             portal.start()
         if "spawn" in args.only:
             stock.start()
@@ -365,6 +390,8 @@ def main(argv=None):
             train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
         if "firstcell" in args.only:
             firstcell_figures(figures, portal, accounts, args.firstcell_reps)
+        if "batch" in args.only:
+            batch_figures(figures, portal, accounts, args.reps)
         if "hub" in args.only:
             hub_figures(figures, portal, accounts, args.users, args.duration)
         portal.stop()

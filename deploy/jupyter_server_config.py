@@ -43,3 +43,12 @@ c.KernelManager.transport = "ipc"
 c.ContentsManager.allow_hidden = False
 # The portal is served over HTTPS (the proxy): browsers keep to it.
 c.ServerApp.tornado_settings = {"headers": {"Strict-Transport-Security": "max-age=31536000"}}
+
+# JupyterLab's scheduler (jupyter-scheduler): the portal is its backend, its
+# jobs are Slurm jobs of the user through the hub's API (portal.session.scheduler);
+# its own database (which the portal's backend does not use) in the session's
+# private runtime folder, not in the home.
+c.SchedulerApp.scheduler_class = "portal.session.scheduler.PortalScheduler"
+c.SchedulerApp.environment_manager_class = "portal.session.scheduler.PortalEnvironments"
+if os.environ.get("JUPYTER_RUNTIME_DIR"):
+    c.SchedulerApp.db_url = f"sqlite:///{os.environ['JUPYTER_RUNTIME_DIR']}/scheduler.sqlite"

@@ -288,8 +288,9 @@ def configure_service(c, settings):
             "(the hub's /hub/api/portal/jobs)."
         },
     }
-    # everyone logged in may open the service (profiles offered to them, the cluster)
-    c.JupyterHub.extra_user_scopes = {"access:services!service=portal"}
+    # everyone logged in may open the service (profiles offered to them, the
+    # cluster) and run their own notebooks as jobs (also through the hub's API)
+    c.JupyterHub.extra_user_scopes = {"access:services!service=portal", JOBS_SCOPE}
     c.JupyterHub.load_roles = [
         {
             "name": "portal-service",
@@ -298,8 +299,6 @@ def configure_service(c, settings):
             "scopes": ["list:users", "read:users", "read:servers", "admin:server_state"],
             "services": ["portal"],
         },
-        # JupyterHub's own user role, with the notebook jobs of oneself
-        {"name": "user", "scopes": ["self", JOBS_SCOPE]},
     ]
     # the session's server token: the server role's scopes, and JupyterLab's
     # scheduler submitting the user's notebook jobs (portal.session.scheduler)

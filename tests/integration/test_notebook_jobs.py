@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from tests.support import REPO
+from tests.support.hubsettings import CA_CERT
 from tests.support.testhub import JOB_NAME, deploy
 
 NOTEBOOK_JOBS = f"{JOB_NAME}-notebook"
@@ -246,3 +247,47 @@ def test_a_job_runs_on_across_a_hub_restart_and_completes(notebooks, portal, hub
     done = wait_ended(alice, job_id)
     assert done["state"] == "COMPLETED", done
     assert "slept 25 restart" in (home("alice") / done["output"]).read_text()
+
+
+def test_jupyterlabs_scheduler_submits_a_job_that_outlives_the_session(notebooks, session, portal):
+    """jupyter-scheduler's REST API in alice's session (what its dialog and
+    job list call), with the portal as its backend: her profiles are its
+    environments, their slices its compute types; a job it creates is a
+    portal job of hers, which completes after the session is stopped."""
+    service = portal("alice")
+    alice = session("alice", profile="pytorch", gpus=1, hours=1)
+    token = alice.api("POST", "/users/alice/tokens", json={"note": "scheduler"}).json()["token"]
+    server = alice.url("/user/alice/")
+    http = requests.Session()
+    http.verify, http.headers["Authorization"] = CA_CERT, f"token {token}"
+    envs = http.get(server + "scheduler/runtime_environments", timeout=60).json()
+    pytorch = next(e for e in envs if e["name"] == "pytorch")
+    assert "1 GPU, 8 h" in pytorch["compute_types"] and "4 GPUs, 24 h" in pytorch["compute_types"]
+    assert "vision" in [e["name"] for e in envs]  # alice is in the vision group
+
+    body = {"input_uri": f"{FOLDER}/mnist-pytorch.ipynb", "runtime_environment_name": "pytorch",
+            "compute_type": "1 GPU, 1 h", "name": "from the dialog",
+            "output_formats": ["ipynb", "html"]}  # fmt: skip
+    refused = http.post(server + "scheduler/jobs", timeout=60,
+                        json={**body, "parameters": {"max_steps": "many"}})  # fmt: skip
+    assert refused.status_code == 500 and "must be of type int" in refused.text, refused.text
+    refused = http.post(server + "scheduler/job_definitions", timeout=60,
+                        json={**body, "schedule": "0 * * * *", "timezone": "UTC"})  # fmt: skip
+    assert refused.status_code == 500 and "run once, now" in refused.text, refused.text
+
+    r = http.post(server + "scheduler/jobs", timeout=60,
+                  json={**body, "parameters": {"max_steps": "300"}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    job_id = r.json()["job_id"]
+    listed = http.get(server + "scheduler/jobs", timeout=60).json()["jobs"]
+    job = next(j for j in listed if j["job_id"] == job_id)
+    assert job["runtime_environment_name"] == "pytorch" and job["compute_type"] == "1 GPU, 1 h"
+    assert job["parameters"] == {"max_steps": "300"}
+
+    # the session ends; the job is Slurm's, and completes
+    alice.api("DELETE", "/users/alice/server")
+    alice.wait_stopped("alice")
+    done = wait_ended(service, job_id)
+    assert done["state"] == "COMPLETED" and done["hours"] == 1, done
+    assert done["parameters"] == {"max_steps": 300}  # typed from the parameters cell
+    assert "Test Accuracy" in (home("alice") / done["output"]).read_text()
