@@ -200,12 +200,19 @@ class NotebookJobs:
             "Notebook job %s of %s (by %s): %s, %d task(s), %s",
             job_id, username, actor, checked["notebook"], len(tasks), job_slice.describe(),
         )  # fmt: skip
-        return self.store.record_notebook_job(
-            job_id=job_id, user=username, notebook=checked["notebook"],
-            profile=checked["profile"].name, gpus=job_slice.gpus, nodes=job_slice.nodes,
-            hours=job_slice.hours, parameters=checked["parameters"], sweep=checked["sweep"],
-            tasks=tasks, kernel=checked["kernel"], submitted_by=actor, rerun_of=rerun_of,
-        )  # fmt: skip
+        try:
+            return self.store.record_notebook_job(
+                job_id=job_id, user=username, notebook=checked["notebook"],
+                profile=checked["profile"].name, gpus=job_slice.gpus, nodes=job_slice.nodes,
+                hours=job_slice.hours, parameters=checked["parameters"],
+                sweep=checked["sweep"], tasks=tasks, kernel=checked["kernel"],
+                submitted_by=actor, rerun_of=rerun_of,
+            )  # fmt: skip
+        except Exception:  # a job nobody could see or cancel runs nowhere
+            log.exception("Notebook job %s of %s could not be recorded: cancelling it",
+                          job_id, username)  # fmt: skip
+            await slurm.cancel(username, [job_id], timeout=self.timeout)
+            raise
 
     async def rerun(self, record, actor):
         """The same request again (the notebook as it is now)."""

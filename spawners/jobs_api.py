@@ -32,6 +32,10 @@ ROUTES = {
 MAX_BODY = 64 * 1024
 
 
+def no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 class NotebookJobsHandler(APIHandler):
     def initialize(self, jobs):
         self.jobs = jobs  # portal.notebookjobs.NotebookJobs
@@ -48,7 +52,7 @@ class NotebookJobsHandler(APIHandler):
     def send(self, data, status=200):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data))
+        self.finish(json.dumps(data, allow_nan=False))
 
     def refuse(self, error):
         self.send({"error": str(error), "field": error.field}, 400)
@@ -71,9 +75,13 @@ class JobsHandler(NotebookJobsHandler):
         if len(self.request.body) > MAX_BODY:
             raise web.HTTPError(400, f"The request body is larger than {MAX_BODY} bytes")
         try:
-            record = await self.jobs.submit(name, json.loads(self.request.body or b"{}"), name)
-        except ValueError as e:  # FieldError is one, as a body that is no JSON
-            return self.refuse(e if isinstance(e, FieldError) else FieldError(f"Not JSON: {e}"))
+            body = json.loads(self.request.body or b"{}", parse_constant=no_constant)
+        except (ValueError, RecursionError) as e:
+            return self.refuse(FieldError(f"The request body is not JSON: {str(e)[:80]}"))
+        try:
+            record = await self.jobs.submit(name, body, name)
+        except FieldError as e:
+            return self.refuse(e)
         self.send((await self.jobs.with_states([record]))[0], 201)
 
 

@@ -19,16 +19,23 @@ import itertools
 import json
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from .slice import FieldError
 
 MAX_PATH = 1024
 # What a path's parts may hold: anything printable but a slash or a backslash.
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
+# A path's characters that are refused: control and format characters
+# (bidirectional overrides spoof a name in a list), line and paragraph
+# separators, backslashes, and braces (papermill formats a path with the
+# parameters: ``{name}`` would name another notebook than the one checked).
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\\{}\u2028\u2029]")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MAX_VALUE_CHARS = 4096  # of one parameter's JSON
 MAX_PARAMETERS = 64
+MAX_CELL_CHARS = 64 * 1024  # of a parameters cell's source: parsed on the web's threads
+MAX_DEPTH = 20  # of a value's lists and objects within each other
 RESULTS = "jobs"  # the folder beside the notebook where its jobs write
 
 # A default's Python type -> the type name a request's values are checked against.
@@ -56,9 +63,15 @@ def notebook_path(path, home):
     if not isinstance(path, str) or not path.strip():
         raise NotebookError("notebook: give the path of a notebook in your home", "notebook")
     path = path.strip()
-    if len(path) > MAX_PATH or CONTROL_RE.search(path):
+    if (
+        len(path) > MAX_PATH
+        or CONTROL_RE.search(path)
+        or any(unicodedata.category(c) == "Cf" for c in path)
+    ):
         raise NotebookError(
-            "notebook: the path is too long or has control characters or backslashes", "notebook"
+            "notebook: the path is too long or has control or format characters, "
+            "backslashes or braces",
+            "notebook",
         )
     if path.startswith("~/"):
         path = path[2:]
@@ -106,6 +119,11 @@ def parameters_of(source):
      {'name': 'rate', 'type': 'float', 'default': 0.1},
      {'name': 'name', 'type': 'str', 'default': 'a'}]
     """
+    if len(source or "") > MAX_CELL_CHARS:
+        raise NotebookError(
+            f"notebook: its parameters cell is longer than {MAX_CELL_CHARS} characters",
+            "notebook",
+        )
     try:
         tree = ast.parse(source or "")
     except SyntaxError as e:
@@ -142,9 +160,26 @@ def _json_safe(value):
     return True
 
 
+def depth(value, limit=MAX_DEPTH):
+    """How deep ``value``'s lists and objects nest (past ``limit``: ``limit + 1``).
+
+    >>> depth(1), depth([1, {"a": [2]}]), depth([[[[]]]], limit=2)
+    (0, 3, 3)
+    """
+    if limit < 0 or not isinstance(value, (list, dict)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((depth(v, limit - 1) for v in items), default=0)
+
+
 def typed(parameter, value, where):
     """``value`` (from JSON) as ``parameter``'s type, or NotebookError."""
     kind = parameter.type
+    field = where.partition(".")[0]
+    if depth(value) > MAX_DEPTH:
+        raise NotebookError(f"{where}: lists and objects nest deeper than {MAX_DEPTH}", field)
+    if not _json_safe(value):  # NaN or Infinity, anywhere in it
+        raise NotebookError(f"{where}: NaN and Infinity are not values a job takes", field)
     shown = json.dumps(value)[:60]
     ok = {
         "bool": isinstance(value, bool),

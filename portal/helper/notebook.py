@@ -37,6 +37,7 @@ INSTALLED_AT = "/usr/local/libexec/portal/portal-notebook"
 PREFIX = "portal-notebook: "
 NOTEBOOK_BYTES = 64 * 2**20  # the largest notebook read
 LOG_BYTES = 64 * 1024  # of a log's end
+CELL_CHARS = 64 * 1024  # of a parameters cell (the service parses it: portal.core.notebooks)
 MAX_PATH = 1024
 KINDS = {"inspect": ".ipynb", "read": ".ipynb", "log": ".log"}
 
@@ -101,6 +102,8 @@ def notebook_facts(data, path):
         if isinstance(tags, list) and "parameters" in tags:
             text = cell.get("source", "")
             source = "".join(map(str, text)) if isinstance(text, list) else str(text)
+            if len(source) > CELL_CHARS:
+                raise Refused(f"{path}: its parameters cell is longer than {CELL_CHARS} characters")
             break
     return {
         "path": path,

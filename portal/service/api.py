@@ -28,6 +28,10 @@ from .operations import InUse, profile_json
 MAX_BODY = 64 * 1024  # bytes of a JSON body
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 class APIHandler(BaseHandler):
     def check_referer(self):
         return True
@@ -42,13 +46,13 @@ class APIHandler(BaseHandler):
     def send(self, data, status=200):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data))
+        self.finish(json.dumps(data, allow_nan=False))
 
     def body(self):
         if len(self.request.body) > MAX_BODY:
             raise FieldError(f"The request body is larger than {MAX_BODY} bytes")
         try:
-            data = json.loads(self.request.body or b"null")
+            data = json.loads(self.request.body or b"null", parse_constant=_no_constant)
             # \u escapes can spell half a surrogate pair: not text, and no database stores it
             json.dumps(data, ensure_ascii=False).encode()
         except UnicodeEncodeError:

@@ -9,9 +9,10 @@
 
 A job is its owner's and the portal admins': anyone else gets 404, the
 same answer as for a job that does not exist. The result is the user's
-notebook, read as the user, rendered by nbconvert with its HTML sanitized,
-and served with a CSP sandbox: no script of it runs, on the portal's
-origin or any other, and it loads nothing.
+notebook, read as the user, rendered by nbconvert with its HTML sanitized
+in a process of its own (``render``), and served with a CSP sandbox: no
+script of it runs, on the portal's origin or any other, and it loads
+nothing.
 """
 
 import asyncio
@@ -25,59 +26,17 @@ from portal.core.slice import FieldError
 
 from .api import APIHandler
 from .handlers import BaseHandler
+from .render import RenderError, render
 
 log = logging.getLogger("portal.service")
 
 # The executed notebook's page: nothing runs, nothing loads but its own
 # styles and inline images (no frame may hold it: ours alone).
+RENDERING = {}  # user -> asyncio.Lock: one rendering of theirs at a time
 RESULT_CSP = (
     "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
     "frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
 )
-
-
-# What the markdown and HTML of a notebook keep (bleach's allow-list, wider
-# than nbconvert's own, which escapes headings and images): no script, no
-# event handler, no style, no form, no frame; links to the web only, images
-# inline only (data:image/...).
-KEPT_TAGS = {
-    "a", "abbr", "b", "blockquote", "br", "code", "del", "details", "div", "em", "h1", "h2",
-    "h3", "h4", "h5", "h6", "hr", "i", "img", "kbd", "li", "ol", "p", "pre", "s", "span",
-    "strong", "sub", "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul",
-}  # fmt: skip
-
-
-def _kept_attribute(tag, name, value):
-    if name in ("class", "id", "title", "alt", "colspan", "rowspan", "align"):
-        return True
-    if tag == "a" and name == "href":
-        return value.startswith(("https://", "http://", "mailto:", "#"))
-    return tag == "img" and name == "src" and value.startswith("data:image/")
-
-
-def clean_html(element):
-    """``element`` (HTML of a notebook's user) with only ``KEPT_TAGS`` and
-    their harmless attributes; anything else escaped, shown as text."""
-    import bleach
-
-    text = element.decode() if isinstance(element, bytes) else str(element)
-    return bleach.clean(text, tags=KEPT_TAGS, attributes=_kept_attribute, protocols=(
-        "http", "https", "mailto", "data",
-    ))  # fmt: skip
-
-
-def render_notebook(text):
-    """The notebook JSON ``text`` as HTML, sanitized: nbconvert's
-    ``sanitize_html`` (its markdown, HTML and SVG go through ``clean_html``),
-    its own outputs of JavaScript dropped."""
-    import nbconvert
-    import nbformat
-
-    exporter = nbconvert.HTMLExporter(
-        template_name="lab", sanitize_html=True, filters={"clean_html": clean_html}
-    )
-    body, _ = exporter.from_notebook_node(nbformat.reads(text, as_version=4))
-    return body
 
 
 class JobsMixin:
@@ -242,13 +201,17 @@ class JobResultPage(JobsMixin, BaseHandler):
                 text = await self.jobs.read(job["user"], "log", task["log"])
                 self.set_header("Content-Type", "text/plain; charset=utf-8")
                 return self.finish(text)
-            text = await self.jobs.read(job["user"], "read", task["output"])
-            body = await asyncio.get_running_loop().run_in_executor(None, render_notebook, text)
+            lock = RENDERING.setdefault(self.author, asyncio.Lock())
+            if lock.locked():
+                raise web.HTTPError(429, "A notebook of yours is being rendered: try again soon")
+            async with lock:
+                text = await self.jobs.read(job["user"], "read", task["output"])
+                body = await render(text)
         except FieldError as e:
             raise web.HTTPError(404, f"{e} (the job may not have started yet)") from None
-        except Exception as e:
+        except RenderError as e:
             log.warning("rendering %s of job %s failed: %s", task["output"], job_id, e)
-            raise web.HTTPError(500, f"The notebook could not be rendered: {e}") from None
+            raise web.HTTPError(500, f"The notebook could not be shown: {e}") from None
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(body)
 

@@ -67,14 +67,17 @@ def main(argv=None):
     with open(args.parameters, encoding="utf-8") as f:
         parameters = json.load(f)
     notebook = os.path.join(os.path.expanduser("~"), args.notebook)
+    # papermill formats both paths with the parameters ("{name}"): never here
+    input_path, output_path = (p.replace("{", "{{").replace("}", "}}") for p in (
+        notebook, args.output))  # fmt: skip
     runtime = os.environ.get("JUPYTER_RUNTIME_DIR") or os.path.dirname(args.parameters)
     print(f"{PREFIX}running {args.notebook} with {json.dumps(parameters)}", flush=True)
     began = time.time()
     status = 0
     try:
         papermill.execute_notebook(
-            notebook,
-            args.output,
+            input_path,
+            output_path,
             parameters=parameters,
             cwd=os.path.dirname(notebook),
             log_output=True,

@@ -213,6 +213,8 @@ def test_a_sweep_is_one_array_job_with_an_output_per_task(notebooks, portal):
         ({"sweep": {"seconds": [1, 2, 3, 4, 5], "label": list("abcd")}}, "sweep", "max_array"),
         ({"gpus": 99}, "gpus", "GPUs must be"),
         ({"profile": "vision"}, "profile", "is not available to you"),
+        ({"parameters": {"seconds": float("nan")}}, None, "not valid JSON"),
+        ({"notebook": f"{FOLDER}/{{x}}.ipynb"}, "notebook", "braces"),
     ],
 )
 def test_a_bad_request_is_refused_and_submits_nothing(notebooks, portal, body, field, message):

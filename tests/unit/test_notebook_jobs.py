@@ -70,9 +70,9 @@ def test_a_notebook_path_becomes_relative_to_the_home(given, expected):
         ("runs/.ipynb", "not a notebook"),
         ("runs/", "not a notebook"),
         ("/home/ada/", "not a notebook"),
-        ("runs/tr\nain.ipynb", "control characters"),
-        ("runs/tr\x00ain.ipynb", "control characters"),
-        ("runs/tr\x7fain.ipynb", "control characters"),
+        ("runs/tr\nain.ipynb", "control or format characters"),
+        ("runs/tr\x00ain.ipynb", "control or format characters"),
+        ("runs/tr\x7fain.ipynb", "control or format characters"),
         ("runs\\train.ipynb", "backslashes"),
         ("a/" * 600 + "x.ipynb", "too long"),
         ("", "give the path"),
@@ -559,7 +559,7 @@ def test_main_with_a_bad_command_line_prints_the_usage(argv, capsys):
 )
 def test_clean_html(html, kept, gone):
     pytest.importorskip("bleach")
-    from portal.service.jobs import clean_html
+    from portal.service.render import clean_html
 
     cleaned = clean_html(html)
     assert kept in cleaned
@@ -570,7 +570,7 @@ def test_clean_html(html, kept, gone):
 
 def test_render_notebook_escapes_scripts_and_handlers():
     pytest.importorskip("nbconvert")
-    from portal.service.jobs import render_notebook
+    from portal.service.render import render_notebook
 
     markdown = (
         "# Results\n\n<script>steal('cookie')</script>\n\n"
@@ -911,3 +911,68 @@ def test_seconds_left_only_for_a_running_task_with_an_end():
     assert tasks[1]["seconds_left"] == 0
     for task in tasks[2:]:
         assert "seconds_left" not in task
+
+
+# -- what an attacker's review found (each refused, or harmless) ---------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "atk/{name}.ipynb",
+        "atk/a}.ipynb",
+        "atk/\u202egpj.ipynb",
+        "atk/a\u2028b.ipynb",
+        "a\u200b.ipynb",
+    ],
+)
+def test_a_path_with_braces_or_format_characters_is_refused(path):
+    with pytest.raises(NotebookError, match="control or format characters") as refused:
+        notebook_path(path, "/home/bob")
+    assert refused.value.field == "notebook"
+
+
+def test_a_parameters_cell_too_long_to_parse_is_refused_by_the_helper_and_the_check():
+    cell = "\n".join(f"a{i} = [1, 2, 3]" for i in range(10000))
+    with pytest.raises(NotebookError, match="longer than"):
+        parameters_of(cell)
+    data = notebook_json([{"cell_type": "code", "metadata": {"tags": ["parameters"]},
+                           "source": cell}])  # fmt: skip
+    with pytest.raises(reader.Refused, match="longer than"):
+        reader.notebook_facts(data, "big.ipynb")
+
+
+def test_values_nested_too_deep_or_not_numbers_are_refused():
+    nested = []
+    for _ in range(30):
+        nested = [nested]
+    with pytest.raises(NotebookError, match="nest deeper"):
+        typed(Parameter("lst", "list", []), nested, "parameters.lst")
+    for bad in (float("nan"), float("inf"), [1.0, float("-inf")]):
+        kind = "list" if isinstance(bad, list) else "float"
+        with pytest.raises(NotebookError, match="NaN and Infinity"):
+            typed(Parameter("x", kind, 0.1 if kind == "float" else []), bad, "parameters.x")
+
+
+def test_image_sizes_that_are_not_numbers_are_dropped_before_rendering():
+    from portal.service.render import plain_sizes
+
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"metadata": {
+        "image/png": {"width": "1 onerror=alert(1)", "height": 40}}}]}]}  # fmt: skip
+    meta = plain_sizes(nb)["cells"][0]["outputs"][0]["metadata"]["image/png"]
+    assert meta == {"height": 40}
+
+
+def test_a_rendering_runs_in_a_process_of_its_own_and_refuses_a_huge_notebook():
+    pytest.importorskip("nbconvert")
+    import asyncio
+
+    from portal.service import render
+
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# Done"}]
+    page = asyncio.run(render.render(notebook_json(cells)))
+    assert re.search(r"<h1[^>]*>Done", page)
+    with pytest.raises(render.RenderError, match="larger than"):
+        asyncio.run(render.render(b" " * (render.MAX_BYTES + 1)))
+    with pytest.raises(render.RenderError, match="failed"):
+        asyncio.run(render.render("not a notebook"))
