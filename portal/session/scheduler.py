@@ -144,9 +144,11 @@ class PortalEnvironments(EnvironmentManager):
         profiles = await hub("GET", "job-profiles")
         return [
             RuntimeEnvironment(
+                # the label is the name: jupyter-scheduler 2.12's picker takes an
+                # item's label as its value and looks environments up by name
                 name=p["name"],
-                label=p["display_name"],
-                description=p.get("description") or f"Profile {p['name']}",
+                label=p["name"],
+                description=f"{p['display_name']}: {p.get('description') or p['name']}",
                 file_extensions=["ipynb"],
                 output_formats=list(OUTPUT_FORMATS),
                 metadata={"partition": p["partition"]},

@@ -18,7 +18,7 @@ import requests
 
 from portal import settings as site_settings
 from portal.helper import extend as extendhelper
-from portal.helper import imagecheck
+from portal.helper import imagecheck, notebook
 from tests.support.hubsettings import CA_CERT
 from tests.support.internaltls import CERTS, INTERNAL_TLS, proxy_api
 from tests.support.jobs import squeue, wait_no_jobs
@@ -226,9 +226,10 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
     assert len(rules) == 3, rules
     runas, commands = re.match(r"\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
     check = imagecheck.INSTALLED_AT
-    assert sorted(c.strip() for c in commands.split(",")) == [
-        "/usr/bin/sbatch", "/usr/bin/scancel", check,
-    ]  # fmt: skip
+    reader = notebook.INSTALLED_AT
+    assert sorted(c.strip() for c in commands.split(",")) == sorted([
+        "/usr/bin/sbatch", "/usr/bin/scancel", check, reader,
+    ])  # fmt: skip
     # the image check as nobody: the service's checks of the site's images
     assert rules[1] == f"(nobody) NOPASSWD: {check}"
     assert "ALL" not in runas and {r.strip() for r in runas.split(",")} >= {
@@ -255,6 +256,9 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
         "the image check as root": ["--", check, "--jupyter", "/x", "/y"],
         "the image check as openldap": ["-u", "openldap", "--", check, "--jupyter", "/x", "/y"],
         "the image check's environment": ["-u", "nobody", "PYTHONPATH=/tmp", "--", check],
+        "the notebook reader as root": ["--", reader, "read", "x.ipynb"],
+        "the notebook reader as nobody": ["-u", "nobody", "--", reader, "read", "x.ipynb"],
+        "the notebook reader's environment": ["-u", "alice", "PYTHONPATH=/tmp", "--", reader],
     }
     let_through = [
         what for what, argv in refused.items() if as_portal("sudo", "-n", *argv).returncode == 0
