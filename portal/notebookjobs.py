@@ -47,7 +47,7 @@ from portal.store import NotFound
 log = logging.getLogger("portal.notebookjobs")
 
 SCRIPT = "notebook-job.sh.j2"
-REQUEST_FIELDS = {"notebook", "profile", "gpus", "nodes", "hours", "parameters", "sweep"}
+REQUEST_FIELDS = {"notebook", "profile", "gpus", "nodes", "hours", "parameters", "sweep", "notify"}
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 
@@ -119,6 +119,8 @@ class NotebookJobs:
                 f"(known: {', '.join(sorted(REQUEST_FIELDS))})",
                 unknown[0],
             )
+        if not isinstance(request.get("notify", False), bool):
+            raise NotebookError("notify must be true or false", "notify")
         entry, groups = self.account(username)
         profile = choose(self.profiles(), request.get("profile"), groups)
         if profile.in_container:
@@ -147,6 +149,7 @@ class NotebookJobs:
             "kernel": facts["kernel"], "tasks": tasks,
             "parameters": dict(request.get("parameters") or {}),
             "sweep": dict(request.get("sweep") or {}),
+            "notify": request.get("notify", False),
         }  # fmt: skip
 
     async def check_qos(self, username, job_slice):
@@ -206,7 +209,7 @@ class NotebookJobs:
                 profile=checked["profile"].name, gpus=job_slice.gpus, nodes=job_slice.nodes,
                 hours=job_slice.hours, parameters=checked["parameters"],
                 sweep=checked["sweep"], tasks=tasks, kernel=checked["kernel"],
-                submitted_by=actor, rerun_of=rerun_of,
+                submitted_by=actor, rerun_of=rerun_of, notify=checked["notify"],
             )  # fmt: skip
         except Exception:  # a job nobody could see or cancel runs nowhere
             log.exception("Notebook job %s of %s could not be recorded: cancelling it",
@@ -217,7 +220,9 @@ class NotebookJobs:
     async def rerun(self, record, actor):
         """The same request again (the notebook as it is now)."""
         request = {k: record[k] for k in ("notebook", "profile", "gpus", "nodes", "hours")}
-        request.update(parameters=record["parameters"], sweep=record["sweep"])
+        request.update(
+            parameters=record["parameters"], sweep=record["sweep"], notify=record["notify"]
+        )
         return await self.submit(record["user"], request, actor, rerun_of=record["id"])
 
     async def cancel(self, record):

@@ -201,6 +201,7 @@ class NotebookJob(Base):
     submitted_at = Column(DateTime, nullable=False)
     submitted_by = Column(String(255), nullable=False)  # the user, or an admin
     rerun_of = Column(String(32), nullable=True)
+    notify = Column(Boolean, nullable=False, default=False, server_default=false())  # by mail
 
     def to_dict(self):
         return {
@@ -218,6 +219,7 @@ class NotebookJob(Base):
             "submitted_at": self.submitted_at.isoformat(timespec="seconds") + "Z",
             "submitted_by": self.submitted_by,
             "rerun_of": self.rerun_of,
+            "notify": bool(self.notify),
         }
 
 

@@ -407,6 +407,8 @@ def configure_culling(c, settings):
 def configure_spawner(c, settings):
     from portal.notebookjobs import NotebookJobs
     from spawners import jupyterhub_patches
+    from spawners.job_notices import JobNotices, hub_lookup_mail
+    from spawners.poller import SlurmPoller
 
     slurm, envs = settings["slurm"], settings["envs"]
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
@@ -415,7 +417,15 @@ def configure_spawner(c, settings):
     # batchspawner's port callback sets any attribute it is sent: ours takes a
     # port only; a stop during a spawn answers the spawn's request as stopped,
     # not with a 500; the session card's "Extend by N hours" and GPU figures
-    jupyterhub_patches.install_routes(profiles.store, NotebookJobs(profiles.store, settings))
+    notebook_jobs = NotebookJobs(profiles.store, settings)
+    jupyterhub_patches.install_routes(profiles.store, notebook_jobs)
+    # the notebook jobs' starts and ends, with the sessions' notices (the shared poll's)
+    notices = SlurmPoller.instance(slurm["job_name"]).notices
+    notices.sender = notices.sender or site_settings.mail_from(settings)
+    job_notices = JobNotices(
+        notebook_jobs, notices, site_settings.public_url(settings) + "hub/", hub_lookup_mail
+    )
+    when_the_hub_runs(job_notices.start)
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))

@@ -54,6 +54,7 @@ class Followed:
     seen_pending: bool = False
     # seconds until the idle culler stops the session (None: it would not)
     idle_left: object = None
+    kind: str = "session"  # or "notebook job" (spawners.job_notices)
 
 
 def aware(moment):
@@ -75,37 +76,44 @@ def message(kind, job, target, sender, detail=""):
     job_id = job.id if job else detail.split("|")[0]
     node = ", ".join(job.nodes) if job and job.nodes else "none now"
     end = job.end.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if job and job.end else "-"
+    kind_, session = target.kind, target.kind == "session"
     subjects = {
-        "started": f"Your session {target.session} has started (Slurm job {job_id})",
+        "started": f"Your {kind_} {target.session} has started (Slurm job {job_id})",
         "ending": f"Your session {target.session} ends in {target.warn_minutes} minutes "
         f"(Slurm job {job_id})",
-        "ended": f"Your session {target.session} has ended (Slurm job {job_id})",
+        "ended": f"Your {kind_} {target.session} has ended (Slurm job {job_id})",
         "idle": f"Your session {target.session} is idle and will be stopped soon "
         f"(Slurm job {job_id})",
     }
+    why = detail.split("|", 1)[1] if "|" in detail else "Slurm no longer lists it"
     openers = {
-        "started": "your session has started, after waiting in the queue.",
+        "started": f"your {kind_} has started, after waiting in the queue.",
         "ending": f"your session reaches its time limit in {target.warn_minutes} minutes: "
         "save your work, or extend the session from the portal's home page.",
         "idle": f"your session has been idle (no kernel, terminal or GPU busy) and the "
         f"portal stops it in {detail} unless you use it: open it to keep it.",
-        "ended": "your session has ended without your stopping it: "
-        + (detail.split("|", 1)[1] if "|" in detail else "Slurm no longer lists it")
-        + ".",
+        "ended": f"your session has ended without your stopping it: {why}."
+        if session
+        else f"your {kind_} has ended: {why}.",
     }
+    if session:
+        last = f"Open it:    {target.link}" if kind != "ended" else f"Portal:     {target.home}"
+    else:
+        last = f"Its page:   {target.link}"
     lines = [
         f"Hello {target.user},",
         "",
         openers[kind],
         "",
-        f"Session:    {target.session}",
+        f"Session:    {target.session}" if session else f"Notebook:   {target.session}",
         f"Slurm job:  {job_id}",
         f"Node:       {node}",
         f"GPUs:       {target.slice}",
         f"Time limit: {end}",
-        f"Open it:    {target.link}" if kind != "ended" else f"Portal:     {target.home}",
+        last,
         "",
-        "You get this mail because you asked for notices when you started the session.",
+        "You get this mail because you asked for notices when you "
+        + ("started the session." if session else "submitted the job."),
     ]
     mail = EmailMessage()
     mail["From"] = sender
@@ -225,7 +233,7 @@ class Notices:
             "kind": kind,
             "title": str(mail["Subject"]),
             "body": mail.get_content().split("\n\n")[1].strip(),
-            "url": target.link if kind != "ended" else target.home,
+            "url": target.link if kind != "ended" or target.kind != "session" else target.home,
             "time": time.time(),
         }
         self.events.setdefault(target.user, deque(maxlen=KEPT_EVENTS)).append(event)

@@ -126,7 +126,14 @@ class JobsPage(JobsMixin, BaseHandler):
     async def page(self, data=None, error=None, field=None, status=200):
         self.set_status(status)
         profiles = [p for p in self.offered() if p.enabled and not p.in_container]
-        blank = {"profile": "", "gpus": 1, "hours": "", "parameters": "", "sweep": ""}
+        blank = {
+            "profile": "",
+            "gpus": 1,
+            "hours": "",
+            "parameters": "",
+            "sweep": "",
+            "notify": False,
+        }
         blank["notebook"] = self.get_argument("notebook", "")
         everyone = self.is_admin and self.get_argument("all", "") == "1"
         self.render_page(
@@ -152,6 +159,8 @@ class JobsPage(JobsMixin, BaseHandler):
                         request[key] = json.loads(data[key])
                     except ValueError:
                         raise FieldError(f"{key}: not valid JSON", key) from None
+            request["notify"] = bool(self.get_argument("notify", ""))
+            data["notify"] = request["notify"]
             record = await self.jobs.submit(self.author, request, self.author)
         except FieldError as e:
             return await self.page(data, str(e), e.field, 400)

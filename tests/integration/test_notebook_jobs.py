@@ -21,8 +21,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from spawners.job_notices import CHECK_SECONDS as NOTICES_EVERY
+from tests.integration.test_notices import body_of, wait_for_subject
 from tests.support import REPO
 from tests.support.hubsettings import CA_CERT
+from tests.support.jobs import occupy_nodes, release_nodes
 from tests.support.testhub import JOB_NAME, deploy
 
 NOTEBOOK_JOBS = f"{JOB_NAME}-notebook"
@@ -103,7 +106,8 @@ def wait_ended(portal, job_id, timeout=400):
 
 
 def submit(portal, **body):
-    return portal.send("POST", "api/jobs", json=body)
+    """POST api/jobs with ``body`` as Python's json writes it (NaN included)."""
+    return portal.send("POST", "api/jobs", data=json.dumps(body))
 
 
 def test_a_template_runs_as_a_job_and_only_its_owner_sees_it(notebooks, portal):
@@ -293,3 +297,30 @@ def test_jupyterlabs_scheduler_submits_a_job_that_outlives_the_session(notebooks
     assert done["state"] == "COMPLETED" and done["hours"] == 1, done
     assert done["parameters"] == {"max_steps": 300}  # typed from the parameters cell
     assert "Test Accuracy" in (home("alice") / done["output"]).read_text()
+
+
+def test_a_job_that_queued_tells_its_start_and_end_by_mail_and_on_the_pages(
+    notebooks, portal, login, mail_server
+):
+    """Every GPU held by root's jobs: alice's job (``"notify": true``) queues;
+    freed, it starts and completes, and her mailbox and the hub's pages'
+    notices hold both, naming the job."""
+    alice, client = portal("alice"), login("alice")
+    occupy_nodes(leave_free=0)
+    try:
+        r = submit(alice, notebook=f"{FOLDER}/sleeper.ipynb", profile="pytorch", notify=True,
+                   parameters={"seconds": 2, "label": "told"})  # fmt: skip
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        time.sleep(NOTICES_EVERY + 5)  # the notices see it queued
+        assert alice.get(f"api/jobs/{job_id}").json()["state"] == "PENDING"
+    finally:
+        release_nodes()
+    assert wait_ended(alice, job_id)["state"] == "COMPLETED"
+    wait_for_subject(f"has started (Slurm job {job_id})")
+    (subject,) = wait_for_subject(f"has ended (Slurm job {job_id})")
+    assert "Your notebook job nbjobs-test/sleeper.ipynb" in subject
+    assert "your notebook job has ended: COMPLETED after" in body_of(f"ended (Slurm job {job_id})")
+    events = client.session.get(client.url("/hub/portal/notices?since=0"), timeout=30).json()
+    kinds = [e["kind"] for e in events["events"] if e["job_id"] == job_id]
+    assert kinds == ["started", "ended"], events
