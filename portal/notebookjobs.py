@@ -27,6 +27,7 @@ import posixpath
 import pwd
 from datetime import UTC, datetime
 
+from portal.core.containers import Binds, ContainerError, runtime
 from portal.core.notebooks import (
     NotebookError,
     notebook_path,
@@ -38,6 +39,7 @@ from portal.core.profiles import check_account, choose, unix_groups
 from portal.core.script import render_batch_script
 from portal.core.slice import FieldError
 from portal.helper import notebook as reader
+from portal.helper.imagecheck import ImageError, offer_problem, site_image
 from portal.settings import portal_groups
 from portal.slurm import commands as slurm
 from portal.slurm.commands import as_user, run
@@ -71,6 +73,8 @@ class NotebookJobs:
         self.timeout = settings["slurm"]["command_timeout"]
         self.environment = settings["envs"]["jupyter"]
         self.shared_data = settings["data"]["shared_data"]
+        self.images_dir = settings["containers"]["images"]
+        self.runtime = settings["containers"]["runtime"]
 
     # -- reading the user's files, as the user ------------------------------
 
@@ -123,12 +127,9 @@ class NotebookJobs:
             raise NotebookError("notify must be true or false", "notify")
         entry, groups = self.account(username)
         profile = choose(self.profiles(), request.get("profile"), groups)
-        if profile.in_container:
-            raise NotebookError(
-                f"Profile {profile.name!r} runs in a container image: notebook jobs run in the "
-                "site's environments for now; choose a profile without an image",
-                "profile",
-            )
+        why = self.not_runnable(profile)
+        if why:
+            raise NotebookError(f"Profile {profile.name!r}: {why}", "profile")
         gpus = request.get("gpus", 1)
         job_slice = profile.make_slice(gpus, request.get("hours"), request.get("nodes"))
         path = notebook_path(request.get("notebook"), entry.pw_dir)
@@ -175,6 +176,7 @@ class NotebookJobs:
         """The job's batch script (every value shell-quoted)."""
         folder, name = posixpath.split(checked["notebook"])
         home = checked["entry"].pw_dir
+        container, env_prefix = self.container(checked["profile"], home)
         return render_batch_script(
             SCRIPT,
             results=posixpath.join(home, folder, "jobs"),
@@ -184,6 +186,9 @@ class NotebookJobs:
             environment=self.environment,
             shared_data=self.shared_data,
             env={"PORTAL_PROFILE": checked["profile"].name, "PORTAL_NOTEBOOK_JOB": "1"},
+            container=container,
+            container_env_prefix=env_prefix,
+            image=site_image(self.images_dir, checked["profile"].image) if container else "",
         )
 
     async def submit(self, username, request, actor, rerun_of=None):
@@ -239,9 +244,34 @@ class NotebookJobs:
         return path, facts["kernel"], parameters_of(source) if source is not None else []
 
     def offered(self, username):
-        """The profiles ``username`` may run notebook jobs with (no image)."""
+        """The profiles ``username`` may run notebook jobs with."""
         _, groups = self.account(username)
-        return [p for p in self.profiles() if p.allows(groups) and not p.in_container]
+        return [p for p in self.profiles() if p.allows(groups) and not self.not_runnable(p)]
+
+    def not_runnable(self, profile):
+        """Why a notebook job cannot run with ``profile`` ("" when it can):
+        its site image has not passed its check at its present stamp (as
+        for sessions); a user's own image is not offered to jobs (its check
+        runs as the user before each session, not yet before a job)."""
+        if profile.image:
+            checks = self.store.latest_image_checks()
+            return offer_problem(self.images_dir, profile.image, profile.environment, checks)[1]
+        if profile.user_images:
+            return "it runs your own image, which notebook jobs do not take yet"
+        return ""
+
+    def container(self, profile, home):
+        """(the runtime's command line before papermill's, its variables'
+        prefix) for ``profile``'s site image; ([], "") for none."""
+        if not profile.image:
+            return [], ""
+        try:
+            run = runtime(self.runtime)
+            image = site_image(self.images_dir, profile.image)
+            binds = Binds.for_session(posixpath.dirname(home.rstrip("/")) or "/", self.shared_data)
+            return run.exec_argv(image, [], binds, cwd=home), run.env_prefix
+        except (ContainerError, ImageError) as e:
+            raise NotebookError(f"The profile's image cannot be run: {e}", "profile") from None
 
     def visible(self, job_id, username, is_admin):
         """The record of ``job_id`` when ``username`` may see it (their own;

@@ -125,7 +125,7 @@ class JobsPage(JobsMixin, BaseHandler):
 
     async def page(self, data=None, error=None, field=None, status=200):
         self.set_status(status)
-        profiles = [p for p in self.offered() if p.enabled and not p.in_container]
+        profiles = [p for p in self.offered() if p.enabled and not self.jobs.not_runnable(p)]
         blank = {
             "profile": "",
             "gpus": 1,

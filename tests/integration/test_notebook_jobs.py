@@ -62,6 +62,22 @@ def sleeper(seconds_default):
     })  # fmt: skip
 
 
+def where():
+    """A notebook that prints the image it runs in (its /etc/portal-image)."""
+    cells = [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
+         "outputs": [], "source": "label = 'x'"},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": "import os\nprint(label, open('/etc/portal-image').read() "
+                   "if os.path.exists('/etc/portal-image') else 'no image')"},
+    ]  # fmt: skip
+    return json.dumps({
+        "nbformat": 4, "nbformat_minor": 5, "cells": cells,
+        "metadata": {"kernelspec": {"name": "pytorch", "language": "python",
+                                    "display_name": "PyTorch"}},
+    })  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def notebooks(cluster, accounts):
     """alice's test folder: the PyTorch template, a sleeper, a link out of
@@ -72,6 +88,7 @@ def notebooks(cluster, accounts):
     as_user("alice", "cp", str(TEMPLATE), str(folder / "mnist-pytorch.ipynb"))
     as_user("alice", "tee", str(folder / "sleeper.ipynb"), stdin=sleeper(1))
     as_user("alice", "tee", str(folder / "notes.ipynb"), stdin="not a notebook\n")
+    as_user("alice", "tee", str(folder / "where.ipynb"), stdin=where())
     as_user("alice", "ln", "-sf", "/usr/share/doc/python3/copyright", str(folder / "out.ipynb"))
     yield folder
     subprocess.run(["scancel", "--name", NOTEBOOK_JOBS], check=False)
@@ -324,3 +341,19 @@ def test_a_job_that_queued_tells_its_start_and_end_by_mail_and_on_the_pages(
     events = client.session.get(client.url("/hub/portal/notices?since=0"), timeout=30).json()
     kinds = [e["kind"] for e in events["events"] if e["job_id"] == job_id]
     assert kinds == ["started", "ended"], events
+
+
+def test_a_profile_with_a_site_image_runs_the_job_in_the_image(notebooks, portal):
+    alice = portal("alice")
+    r = submit(alice, notebook=f"{FOLDER}/where.ipynb", profile="pytorch-image",
+               parameters={"label": "inside"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    done = wait_ended(alice, r.json()["id"])
+    assert done["state"] == "COMPLETED", done
+    assert "inside NAME=pytorch" in (home("alice") / done["output"]).read_text()
+    log = (home("alice") / done["log"]).read_text()
+    assert "portal: image /var/lib/portal/images/pytorch (ch-run)" in log
+    # the same notebook with the environment's profile runs outside any image
+    r = submit(alice, notebook=f"{FOLDER}/where.ipynb", profile="pytorch")
+    done = wait_ended(alice, r.json()["id"])
+    assert "x no image" in (home("alice") / done["output"]).read_text()

@@ -716,6 +716,9 @@ def render_job(tmp_path, tasks, **overrides):
         environment="/opt/portal/envs/jupyter",
         shared_data="/srv/portal/datasets",
         env={"PORTAL_PROFILE": "pytorch", "PORTAL_NOTEBOOK_JOB": "1"},
+        container=[],
+        container_env_prefix="",
+        image="",
     )
     values.update(overrides)
     return render_batch_script("notebook-job.sh.j2", **values)
@@ -976,3 +979,13 @@ def test_a_rendering_runs_in_a_process_of_its_own_and_refuses_a_huge_notebook():
         asyncio.run(render.render(b" " * (render.MAX_BYTES + 1)))
     with pytest.raises(render.RenderError, match="failed"):
         asyncio.run(render.render("not a notebook"))
+
+
+def test_a_job_in_a_site_image_runs_papermill_under_the_runtime(tmp_path):
+    argv = ["ch-run", "--bind=/home", "--cd=/home/ada", "/var/lib/portal/images/pytorch", "--"]
+    script = render_job(tmp_path, [{}], container=argv, image="/var/lib/portal/images/pytorch")
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    (line,) = [x for x in script.splitlines() if "notebook_run" in x]
+    assert line.startswith("exec ch-run --bind=/home --cd=/home/ada /var/lib/portal/images/pytorch"
+                           " -- python -m portal.session.notebook_run")  # fmt: skip
+    assert "portal: image /var/lib/portal/images/pytorch (ch-run)" in script
