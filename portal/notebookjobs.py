@@ -283,6 +283,21 @@ class NotebookJobs:
             return None
         return record if is_admin or record["user"] == username else None
 
+    async def gpu_use(self, job):
+        """The GPU use of ``job``'s tasks that run (their runner's last
+        sample), each task's dict given ``gpu_use``: ``{"gpus": [...],
+        "mean_utilization", "time"}`` or ``{"reason": why there is none}``."""
+        for task in job["task_states"]:
+            if task["state"] not in ("RUNNING", "COMPLETING"):
+                continue
+            try:
+                task["gpu_use"] = json.loads(
+                    await self.read(job["user"], "gpus", task["gpus_file"])
+                )
+            except (FieldError, ValueError) as e:
+                task["gpu_use"] = {"gpus": [], "reason": f"no sample yet ({e})"}
+        return job
+
     # -- what the user sees -------------------------------------------------
 
     async def with_states(self, records):
@@ -331,6 +346,7 @@ def describe(record, accounted, queued, error=""):
             "output": f"{base}.ipynb",
             "html": f"{base}.html",
             "log": f"{base}.log",
+            "gpus_file": f"{base}.gpus.json",
         }
         if state == "RUNNING" and end:
             task["seconds_left"] = max(0, int((end.astimezone(UTC) - now).total_seconds()))

@@ -192,7 +192,8 @@ class PortalHomeHandler(HomeHandler):
         if self.jobs is None or user is None:
             return []
         records = self.jobs.store.notebook_jobs(user=user.name, limit=limit)
-        return await self.jobs.with_states(records) if records else []
+        jobs = await self.jobs.with_states(records) if records else []
+        return [await self.jobs.gpu_use(j) if j["state"] == "RUNNING" else j for j in jobs]
 
     def take_notice(self):
         raw = self.get_secure_cookie(NOTICE_COOKIE, max_age_days=1)

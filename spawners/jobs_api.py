@@ -87,7 +87,8 @@ class JobsHandler(NotebookJobsHandler):
 
 class JobHandler(NotebookJobsHandler):
     async def get(self, job_id):
-        self.send((await self.jobs.with_states([self.record(job_id)]))[0])
+        job = (await self.jobs.with_states([self.record(job_id)]))[0]
+        self.send(await self.jobs.gpu_use(job))
 
     async def post(self, job_id, action):
         record = self.record(job_id)

@@ -17,7 +17,8 @@ when it is no regular file or not of the command's kind (``.ipynb``;
   normal), ``kernel`` and ``language`` (its kernelspec's), ``parameters``
   (the source of its cell tagged ``parameters``, or null);
 - ``read``: the notebook's bytes (an executed notebook, for its rendering);
-- ``log``: the last ``LOG_BYTES`` of a job's log.
+- ``log``: the last ``LOG_BYTES`` of a job's log;
+- ``gpus``: a job's GPU use (``NAME.gpus.json``, the runner's samples).
 
 Errors: one line on stderr, ``portal-notebook: REASON``, exit status 1;
 a malformed command line, exit status 2.
@@ -39,7 +40,8 @@ NOTEBOOK_BYTES = 64 * 2**20  # the largest notebook read
 LOG_BYTES = 64 * 1024  # of a log's end
 CELL_CHARS = 64 * 1024  # of a parameters cell (the service parses it: portal.core.notebooks)
 MAX_PATH = 1024
-KINDS = {"inspect": ".ipynb", "read": ".ipynb", "log": ".log"}
+KINDS = {"inspect": ".ipynb", "read": ".ipynb", "log": ".log", "gpus": ".gpus.json"}
+GPUS_BYTES = 64 * 1024  # of a job's GPU samples
 
 
 class Refused(Exception):
@@ -116,6 +118,9 @@ def notebook_facts(data, path):
 def run(command, path, home):
     """What ``command`` prints for ``path``, as bytes; Refused otherwise."""
     real = home_path(home, path)
+    if command == "gpus":
+        with open_file(real, ".gpus.json", GPUS_BYTES) as f:
+            return f.read(GPUS_BYTES)
     if command == "log":
         with open_file(real, ".log", 0) as f:
             size = os.fstat(f.fileno()).st_size
@@ -131,7 +136,7 @@ def run(command, path, home):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in KINDS:
-        print(f"{PREFIX}usage: portal-notebook inspect|read|log PATH", file=sys.stderr)
+        print(f"{PREFIX}usage: portal-notebook inspect|read|log|gpus PATH", file=sys.stderr)
         return 2
     # a notebook of gigabytes, or one made to be slow to parse, stops here
     resource.setrlimit(resource.RLIMIT_CPU, (60, 60))

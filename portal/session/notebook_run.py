@@ -18,12 +18,42 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 import uuid
+from datetime import UTC, datetime
 
 from jupyter_client.manager import AsyncKernelManager
 
 PREFIX = "portal: "
+GPU_SECONDS = 15.0  # between two samples of the job's GPUs
+
+
+def sample_gpus(path, stop, read=None, every=GPU_SECONDS):
+    """Until ``stop`` is set, write the job's GPUs' use (``portal.session.nvml``)
+    to ``path`` every ``every`` seconds, as JSON: the portal's pages show it
+    ("no GPU data" and why, where NVML reads none)."""
+    if read is None:
+        from portal.session.nvml import NVMLReader
+
+        read = NVMLReader().read
+    samples, busy = 0, 0.0
+    while True:
+        try:
+            now = read()
+        except Exception as e:  # noqa: BLE001 (said in the file: the job goes on)
+            now = {"gpus": [], "reason": f"NVML failed: {e}"}
+        known = [g["utilization"] for g in now["gpus"] if g.get("utilization") is not None]
+        if known:
+            samples, busy = samples + 1, busy + sum(known) / len(known)
+        data = {**now, "time": datetime.now(UTC).isoformat(timespec="seconds"),
+                "mean_utilization": round(busy / samples, 1) if samples else None}  # fmt: skip
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+        if stop.wait(every):
+            return
 
 
 def private_ipc_manager(runtime_dir):
@@ -61,7 +91,11 @@ def main(argv=None):
     parser.add_argument("--output", required=True)
     parser.add_argument("--html", required=True)
     parser.add_argument("--parameters", required=True, help="a JSON file of {name: value}")
+    parser.add_argument("--gpus", default="", help="where the GPUs' use is written")
     args = parser.parse_args(argv)
+    stop = threading.Event()
+    if args.gpus:
+        threading.Thread(target=sample_gpus, args=(args.gpus, stop), daemon=True).start()
     import papermill
 
     with open(args.parameters, encoding="utf-8") as f:
@@ -88,6 +122,7 @@ def main(argv=None):
         print(f"{PREFIX}the notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}")
         status = 1
     finally:
+        stop.set()
         try:
             if os.path.exists(args.output):
                 render_html(args.output, args.html)

@@ -264,6 +264,15 @@ def test_a_job_runs_on_across_a_hub_restart_and_completes(notebooks, portal, hub
     while alice.get(f"api/jobs/{job_id}").json()["state"] != "RUNNING":
         assert time.monotonic() < deadline, "the job never ran"
         time.sleep(1)
+    # its GPU use, from its runner's samples: this cluster's nodes have no
+    # NVIDIA driver, which is said, never a 0 %
+    deadline = time.monotonic() + 20
+    while "gpus" not in (use := alice.get(f"api/jobs/{job_id}").json()["task_states"][0].get(
+            "gpu_use", {})) or "no sample yet" in use.get("reason", ""):  # fmt: skip
+        assert time.monotonic() < deadline, use
+        time.sleep(1)
+    assert use["gpus"] == [] and "NVIDIA" in use["reason"], use
+    assert "no GPU data (No NVIDIA driver" in alice.get(f"jobs/{job_id}").text
     result = deploy("hub.sh", "restart", env=hub_env, check=False)  # what make restart-hub runs
     assert result.returncode == 0, result.stderr
     alice = portal("alice")  # the new service's login

@@ -529,7 +529,7 @@ def test_main_with_a_bad_command_line_prints_the_usage(argv, capsys):
     assert reader.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == f"{reader.PREFIX}usage: portal-notebook inspect|read|log PATH\n"
+    assert err == f"{reader.PREFIX}usage: portal-notebook inspect|read|log|gpus PATH\n"
 
 
 # -- the rendering of a result -----------------------------------------------
@@ -989,3 +989,33 @@ def test_a_job_in_a_site_image_runs_papermill_under_the_runtime(tmp_path):
     assert line.startswith("exec ch-run --bind=/home --cd=/home/ada /var/lib/portal/images/pytorch"
                            " -- python -m portal.session.notebook_run")  # fmt: skip
     assert "portal: image /var/lib/portal/images/pytorch (ch-run)" in script
+
+
+def test_the_gpu_sampler_writes_its_samples_and_the_mean_until_stopped(tmp_path):
+    from portal.session.notebook_run import sample_gpus
+
+    stop, path = threading.Event(), tmp_path / "run-1.gpus.json"
+    samples = [[80, 40], [100, 100]]
+
+    def read():
+        if len(samples) == 1:
+            stop.set()  # the second sample is the last
+        return {"gpus": [{"index": i, "utilization": u} for i, u in enumerate(samples.pop(0))],
+                "reason": ""}  # fmt: skip
+
+    sample_gpus(str(path), stop, read, every=0)
+    data = json.loads(path.read_text())
+    assert [g["utilization"] for g in data["gpus"]] == [100, 100]
+    assert data["mean_utilization"] == 80.0  # (60 + 100) / 2
+
+
+def test_a_job_without_gpu_data_says_why_never_zero(tmp_path):
+    from portal.session.notebook_run import sample_gpus
+
+    stop, path = threading.Event(), tmp_path / "run-2.gpus.json"
+    stop.set()
+    sample_gpus(str(path), stop, lambda: {"gpus": [], "reason": "No NVIDIA driver on n1"})
+    data = json.loads(path.read_text())
+    assert data["gpus"] == [] and data["mean_utilization"] is None
+    assert data["reason"] == "No NVIDIA driver on n1"
+    assert reader.run("gpus", "run-2.gpus.json", str(tmp_path)) == path.read_bytes()
