@@ -34,7 +34,7 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
     assert set(pytorch) == {
         "name", "display_name", "description", "environment", "partition", "max_gpus",
         "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
-        "idle_minutes", "groups", "enabled", "image", "user_images", "revision",
+        "idle_minutes", "groups", "enabled", "image", "user_images", "revision", "max_array",
     }  # fmt: skip
     assert pytorch["image"] == "" and pytorch["user_images"] is False
 
@@ -361,4 +361,4 @@ print([p.name for p in store.profiles()], store.engine.connect().exec_driver_sql
         ["/opt/portal/envs/hub/bin/python", "-c", script], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['a'] 0005"
+    assert out.stdout.strip() == "['a'] 0007"
