@@ -26,10 +26,12 @@ case ${1:-} in
         # hub puts their routes back as it starts).
         "$DEPLOY_DIR/hub.sh" stop
         "$DEPLOY_DIR/hub.sh" start
+        "$DEPLOY_DIR/prometheus.sh" start   # after the hub: it scrapes it with the hub's token
         log "up in $((SECONDS - start)) s: open $("$DEPLOY_DIR/hub.sh" url)"
         embedded && log "demo accounts: make accounts"
         ;;
     down)
+        "$DEPLOY_DIR/prometheus.sh" stop
         "$DEPLOY_DIR/hub.sh" stop
         "$DEPLOY_DIR/mail.sh" stop
         if embedded; then
@@ -40,6 +42,7 @@ case ${1:-} in
     status)
         rc=0
         "$DEPLOY_DIR/hub.sh" status || rc=$?
+        "$DEPLOY_DIR/prometheus.sh" status || rc=$?
         "$DEPLOY_DIR/mail.sh" status || rc=$?
         if embedded; then
             "$DEPLOY_DIR/ldap.sh" status || rc=$?

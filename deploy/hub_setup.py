@@ -39,6 +39,7 @@ there would have root write any file).
 
 import os
 import runpy
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -54,6 +55,7 @@ from deploy.base import (
     main_of,
     make_dir,
     render,
+    replace_file,
     run,
     write_if_changed,
 )
@@ -300,6 +302,17 @@ def install_sudoers(settings, helper):
     log(f"wrote {SUDOERS}")
 
 
+def metrics_token(path):
+    """The monitoring service's token (``read:metrics`` alone, spawners.hub_config)
+    at ``path`` (the hub's copy), made once; deploy/prometheus_setup.py gives
+    the login node's Prometheus its own copy."""
+    path = Path(path)
+    if not path.is_file() or len(path.read_text().strip()) < 32:
+        replace_file(path, secrets.token_hex(32) + "\n", 0o600)
+        log(f"made the monitoring token {path}")
+    return path
+
+
 def check_readable(layout):
     """The hub's account must read the repository and the settings it is given."""
     paths = [REPO_DIR / "jupyterhub_config.py"]
@@ -328,6 +341,7 @@ def cmd_prepare(settings):
     # The hub's state (database, cookie secret, proxy token, log): its
     # account only. (chown -R and chmod -R follow no link.)
     make_dir(layout.state, 0o700, layout.hub_user)
+    metrics_token(site_settings.metrics_token_file(settings))
     run(["chown", "-R", f"{layout.hub_user}:{layout.hub_user}", str(layout.state)])
     run(["chmod", "-R", "go-rwx", str(layout.state)])
     for folder in (Path("/run/portal"), layout.run_dir, Path("/var/log/portal")):

@@ -11,6 +11,9 @@ PACKAGES=(
     # the mail server of the login node (deploy/mail.sh), without its
     # Recommends (bsd-mailx)
     exim4-daemon-light
+    # the login node's Prometheus (deploy/prometheus.sh), without its
+    # Recommends (the node exporter)
+    prometheus
     # environments and data
     python3-venv python3-dev dataset-fashion-mnist
     # container images: their runtime (ch-run), and their Debian base's

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy import data_setup, mail_setup, nsswitch, slurm_conf
+from deploy import data_setup, mail_setup, nsswitch, prometheus_setup, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
 from portal.helper import imagecheck, notebook
@@ -242,6 +242,7 @@ def purge_portal(settings):
     state_root = Path(settings["hub"]["state_dir"]).parent  # every hub's state
     remove(*state_removed(state_root, Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
+    remove(prometheus_setup.CONF_DIR, prometheus_setup.DATA)  # its series too
     helper = extend_helper()
     remove(
         helper["REGISTRY"], helper["INSTALLED_AT"], imagecheck.INSTALLED_AT, notebook.INSTALLED_AT

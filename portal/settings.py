@@ -167,6 +167,12 @@ def internal_certs_location(settings):
     return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
 
 
+def metrics_token_file(settings):
+    """The monitoring service's token (``read:metrics`` alone), the hub's
+    copy: ``metrics-token`` in [hub] state_dir, made by deploy/hub.sh."""
+    return Path(settings["hub"]["state_dir"]) / "metrics-token"
+
+
 def mail_from(settings):
     """The From: address of the portal's mail: [mail] from, else the hub's
     account at [mail] domain.

@@ -223,6 +223,20 @@ class NotebookJob(Base):
         }
 
 
+class SessionJob(Base):
+    """A session's Slurm job (the usage report's profile of it), and how
+    long it idled before the culler stopped it."""
+
+    __tablename__ = "portal_session_jobs"
+    job_id = Column(String(32), primary_key=True)
+    user = Column(String(255), nullable=False, index=True)
+    profile = Column(String(32), nullable=False)
+    gpus = Column(Integer, nullable=False)
+    nodes = Column(Integer, nullable=False)
+    submitted_at = Column(DateTime, nullable=False)
+    idle_seconds = Column(Integer, nullable=False, default=0, server_default="0")
+
+
 class Meta(Base):
     __tablename__ = "portal_meta"
     key = Column(String(64), primary_key=True)
@@ -434,6 +448,11 @@ class ProfileStore:
             db.add(row)
         return row.to_dict()
 
+    def extension_count(self):
+        """How many extensions the audit holds (every one, ever)."""
+        with self.Session() as db:
+            return db.scalar(select(func.count()).select_from(TimeExtension))
+
     def extensions(self, user=None, limit=200):
         """The latest extensions (of ``user``'s sessions, or everyone's), newest first."""
         with self.Session() as db:
@@ -450,6 +469,30 @@ class ProfileStore:
             row = NotebookJob(submitted_at=now(), **fields)
             db.add(row)
         return row.to_dict()
+
+    def record_session_job(self, job_id, user, profile, gpus, nodes):
+        with self.Session.begin() as db:
+            db.merge(SessionJob(job_id=str(job_id), user=user, profile=profile, gpus=gpus,
+                                nodes=nodes, submitted_at=now()))  # fmt: skip
+
+    def record_idle_cull(self, job_id, idle_seconds):
+        with self.Session.begin() as db:
+            row = db.get(SessionJob, str(job_id))
+            if row is not None:
+                row.idle_seconds = int(idle_seconds)
+
+    def job_profiles(self, job_ids):
+        """``{job id: (profile, idle seconds)}`` of sessions and notebook jobs
+        (an array task's id, ``812_2``, as its job's)."""
+        ids = {str(j).split("_")[0] for j in job_ids}
+        with self.Session() as db:
+            found = {
+                r.job_id: (r.profile, r.idle_seconds)
+                for r in db.scalars(select(SessionJob).where(SessionJob.job_id.in_(ids)))
+            }
+            for r in db.scalars(select(NotebookJob).where(NotebookJob.job_id.in_(ids))):
+                found[r.job_id] = (r.profile, 0)
+        return {j: found[str(j).split("_")[0]] for j in job_ids if str(j).split("_")[0] in found}
 
     def notebook_jobs(self, user=None, limit=200):
         """The latest notebook jobs (``user``'s, or everyone's), newest first."""

@@ -14,6 +14,8 @@ from portal.core.timelimit import hours_left
 from portal.extend import ExtensionCheck
 from portal.slurm.model import describe_end
 
+from . import metrics
+
 
 def progress_message(job_id, job_slice, job, port_reported):
     """The progress page's ``{"progress", "message"}`` for a spawn whose job
@@ -145,12 +147,30 @@ class SessionCard:
         """A stop asked by the idle culler, for the home page: ``last_end``
         says after how long idle (``ended_info``)."""
         idle = self.idle_seconds()
+        metrics.IDLE_CULLS.labels(self.profile.name if self.profile else "").inc()
+        self._audit("record_idle_cull", self.job_id, idle)
         self.last_end = end_record(self.job_id, self._job_nodes(), reason="", idle_seconds=idle)
         self.notice_ended(f"the portal stopped it after {describe_seconds(idle)} idle")
         self.log.info(
             "Job %s of %s stopped by the idle culler after %s idle",
             self.job_id, self.user.name, describe_seconds(idle),
         )  # fmt: skip
+
+    def record_session_job(self):
+        """The submitted job in the store's audit (the usage report's profile of it)."""
+        job_slice = self.job_slice
+        self._audit("record_session_job", self.job_id, self.user.name,
+                    self.profile.name if self.profile else "", job_slice.gpus if job_slice else 0,
+                    job_slice.nodes if job_slice else 1)  # fmt: skip
+
+    def _audit(self, method, *args):
+        store = getattr(self.profile_source, "store", None)  # StoreProfiles' (hub_config)
+        if store is None:
+            return
+        try:
+            getattr(store, method)(*args)
+        except Exception as e:  # noqa: BLE001 (the report misses it; the session goes on)
+            self.log.error("The usage audit of job %s failed: %s", self.job_id, e)
 
     def _progress_message(self, poller):
         job = poller.job(self.job_id) if self.job_id else None

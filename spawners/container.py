@@ -20,6 +20,8 @@ from tornado import web
 from portal.core.containers import Binds, ContainerError, runtime
 from portal.helper import imagecheck
 
+from . import metrics
+
 
 def framework_env(envs_prefix, environment):
     """A framework environment's path: PREFIX/envs/NAME, on the host and in
@@ -118,5 +120,6 @@ class ContainerSession:
         if proc.returncode:
             message = refused_message(proc.returncode, output, image)
             self.log.warning("%s's image refused: %s", self.user.name, message)
+            metrics.refused("image")
             raise web.HTTPError(400, message)
         self.log.info("%s's image passed: %s", self.user.name, output.splitlines()[-1:])

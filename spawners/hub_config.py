@@ -291,7 +291,20 @@ def configure_service(c, settings):
     # everyone logged in may open the service (profiles offered to them, the
     # cluster) and run their own notebooks as jobs (also through the hub's API)
     c.JupyterHub.extra_user_scopes = {"access:services!service=portal", JOBS_SCOPE}
+    token_file = site_settings.metrics_token_file(settings)
+    if token_file.is_file():
+        # the monitoring service (the login node's Prometheus, a site's): its
+        # token (deploy/hub.sh makes it) reads /hub/metrics and nothing else
+        c.JupyterHub.services.append(
+            {"name": "monitoring", "api_token": token_file.read_text().strip()}
+        )
     c.JupyterHub.load_roles = [
+        {
+            "name": "monitoring",
+            "description": "Reads the hub's Prometheus series (/hub/metrics) only",
+            "scopes": ["read:metrics"],
+            "services": ["monitoring"] if token_file.is_file() else [],
+        },
         {
             "name": "portal-service",
             "description": "The admin service: lists sessions for the cluster page, "
@@ -316,6 +329,8 @@ PORTAL_ADMIN_SCOPES = [
     # start and stop anyone's session, from the admin page or the spawn page
     # /hub/spawn/NAME (read:servers, start:servers, delete:servers)
     "servers",
+    # the hub's Prometheus series, JupyterHub's and the portal's (/hub/metrics)
+    "read:metrics",
 ]
 """JupyterHub's scopes of the portal-admin role (besides the service's
 ADMIN_SCOPE). Never ``proxy`` (the proxy's address and token),
@@ -406,7 +421,7 @@ def configure_culling(c, settings):
 
 def configure_spawner(c, settings):
     from portal.notebookjobs import NotebookJobs
-    from spawners import jupyterhub_patches
+    from spawners import jupyterhub_patches, metrics
     from spawners.job_notices import JobNotices, hub_lookup_mail
     from spawners.poller import SlurmPoller
 
@@ -426,6 +441,9 @@ def configure_spawner(c, settings):
         notebook_jobs, notices, site_settings.public_url(settings) + "hub/", hub_lookup_mail
     )
     when_the_hub_runs(job_notices.start)
+    metrics.install(
+        active_spawners, SlurmPoller.instance(slurm["job_name"]), job_notices, profiles.store
+    )
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
@@ -513,6 +531,16 @@ async def slurm_account_problem(settings, log):
             return ""
     log.error("%s", problem)
     return problem
+
+
+def active_spawners():
+    """Every session of the running hub that runs or starts (its Prometheus series)."""
+    from jupyterhub.app import JupyterHub
+
+    app = JupyterHub.instance() if JupyterHub.initialized() else None
+    if app is None or not app.tornado_settings:
+        return []  # the hub is starting: it has no users loaded yet
+    return [s for u in app.users.values() for s in u.spawners.values() if s.active]
 
 
 def when_the_hub_runs(callback):

@@ -41,6 +41,19 @@ def as_job(job):
     )  # fmt: skip
 
 
+def seen_counts(jobs):
+    """``{"counts": {(state, profile): n}, "gpus": GPUs held}`` of the jobs not ended."""
+    counts, gpus = {}, 0
+    for job in jobs:
+        if job["ended"]:
+            continue
+        key = (job["state"], job["profile"])
+        counts[key] = counts.get(key, 0) + 1
+        running = sum(1 for t in job["task_states"] if t["state"] in RUNNING)
+        gpus += running * job["gpus"] * job["nodes"]
+    return {"counts": counts, "gpus": gpus}
+
+
 def ended_phrase(job):
     """``COMPLETED after 00:01:12`` (several tasks: how many of each state)."""
     tasks = job["task_states"]
@@ -64,6 +77,7 @@ class JobNotices:
         self.first = True
         self.checked = -float("inf")
         self.interval = CHECK_SECONDS
+        self.seen = {}  # the last check's counts by (state, profile) and GPUs held (metrics)
         self._task = None
 
     def start(self):
@@ -89,16 +103,16 @@ class JobNotices:
             if r["id"] not in self.done
             and datetime.fromisoformat(r["submitted_at"].replace("Z", "+00:00")) > since
         ]  # fmt: skip
-        if records:
-            described = await self.jobs.with_states(records)
-            if described and described[0]["error"]:
-                log.warning("Notebook jobs' notices wait for Slurm: %s", described[0]["error"])
-                return
-            for job in described:
-                try:
-                    await self.update(job)
-                except Exception:  # one job's trouble never keeps the others' notices
-                    log.exception("The notices of notebook job %s failed", job["id"])
+        described = await self.jobs.with_states(records) if records else []
+        if described and described[0]["error"]:
+            log.warning("Notebook jobs' notices wait for Slurm: %s", described[0]["error"])
+            return
+        self.seen = seen_counts(described)
+        for job in described:
+            try:
+                await self.update(job)
+            except Exception:  # one job's trouble never keeps the others' notices
+                log.exception("The notices of notebook job %s failed", job["id"])
         self.first = False
 
     async def update(self, job):

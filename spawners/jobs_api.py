@@ -22,6 +22,8 @@ from tornado import web
 from portal.core.slice import FieldError
 from portal.roles import JOBS_SCOPE, is_portal_admin
 
+from . import metrics
+
 ROUTES = {
     r"/api/portal/jobs": "JobsHandler",
     r"/api/portal/jobs/(\d{1,12})": "JobHandler",
@@ -55,6 +57,7 @@ class NotebookJobsHandler(APIHandler):
         self.finish(json.dumps(data, allow_nan=False))
 
     def refuse(self, error):
+        metrics.refused("notebook_job")
         self.send({"error": str(error), "field": error.field}, 400)
 
     def record(self, job_id):

@@ -25,6 +25,8 @@ from tornado import web
 from portal.slurm import commands as slurm
 from portal.slurm.model import GpuQuota
 
+from . import metrics
+
 log = logging.getLogger("portal.poller")
 
 KEEP_SECONDS = 300.0  # how long a QOS's limits and a user's QOS are kept
@@ -143,6 +145,7 @@ async def check(spawner, job_slice):
     refusal = quota.refusal(job_slice.gpus * job_slice.nodes) if quota else None
     if refusal:
         spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)
+        metrics.refused("qos")
         raise web.HTTPError(400, refusal)
 
 
@@ -158,6 +161,7 @@ def check_sessions(spawner):
     ``sessions_per_user``, with the names of those that run."""
     others = running_sessions(spawner)
     if len(others) >= spawner.sessions_per_user:
+        metrics.refused("sessions")
         names = ", ".join(sorted(s.name or "default" for s in others))
         raise web.HTTPError(
             400, f"You run {len(others)} sessions ({names}), the most the portal allows "

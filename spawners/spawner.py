@@ -36,7 +36,7 @@ from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
 from portal.slurm import commands as slurm
 
-from . import form, quota, reach
+from . import form, metrics, quota, reach
 from .card import SessionCard
 from .container import ContainerSession
 from .form import LinkOptions
@@ -97,6 +97,7 @@ class PortalSpawner(
             self.profile, self.job_slice = self.resolve_options(dict(user_options or {}))
         except (ProfileError, SliceError) as e:
             self._restore_last_options()
+            metrics.refused("options")
             raise web.HTTPError(400, str(e)) from None
         self.last_options = form.valid_options(self.profile, self.job_slice, user_options)
         return self.job_slice
@@ -218,6 +219,7 @@ class PortalSpawner(
                 503, f"The scheduler did not accept the job: {e}. Please try again later."
             ) from None
         self.log.info("Slurm job %s submitted for %s", self.job_id, self.user.name)
+        self.record_session_job()
         self.follow_notices()
         return self.job_id
 
@@ -304,6 +306,7 @@ class PortalSpawner(
             self.user.name, self.job_id, began_wall,
             ", ".join(f"{event} {t:.3f} s" for event, t in self.timeline.items()),
         )  # fmt: skip
+        metrics.observe_spawn(self)
         self.log.info(
             "Job %s of %s running on %s:%s (nodes %s; GPUs %s)",
             self.job_id, self.user.name, self.ip, self.port, ",".join(job.nodes),

@@ -10,6 +10,7 @@ command that fails or times out raises SlurmError with Slurm's own message.
 
 import asyncio
 import os
+import time
 
 from portal.helper import extend as extendhelper
 
@@ -51,7 +52,11 @@ SINFO_FIELDS = [
     "Time:24",
 ]
 
-__all__ = ["MINIMAL_ENV", "SlurmError", "as_user", "run", "sbatch_argv"]
+__all__ = ["MINIMAL_ENV", "OBSERVERS", "SlurmError", "as_user", "run", "sbatch_argv"]
+
+# Callables ``observer(command, seconds, ok)`` told of every command ``run``
+# ran (the hub's Prometheus series, spawners.metrics); none by default.
+OBSERVERS = []
 
 
 async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
@@ -61,6 +66,25 @@ async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
     Raises SlurmError with the command's stderr when it exits non-zero, and
     when it has not finished after ``timeout`` seconds (it is killed then).
     """
+    began = time.monotonic()
+    try:
+        result = await _run(argv, input, env, timeout, with_stderr)
+    except SlurmError:
+        _observe(argv, began, False)
+        raise
+    _observe(argv, began, True)
+    return result
+
+
+def _observe(argv, began, ok):
+    for observer in OBSERVERS:
+        try:
+            observer(_name(argv), time.monotonic() - began, ok)
+        except Exception:  # noqa: BLE001 (a count never breaks a command)
+            pass
+
+
+async def _run(argv, input, env, timeout, with_stderr):
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,

@@ -177,6 +177,8 @@ def test_the_role_holds_exactly_these_scopes(portal_admin):
         "read:servers",
         "start:servers",
         "delete:servers",
+        # the Prometheus series at /hub/metrics: no user's name, no secret (issue 28)
+        "read:metrics",
         ADMIN_SCOPE,
     }
 
@@ -275,3 +277,7 @@ def test_the_hub_lets_the_owner_and_portal_admins_extend_a_session(config):
     assert not may_act_on(hub_request("bob"), "alice")
     root = hub_request("root", "admin:users", "admin:servers", admin=True)
     assert not may_act_on(root, "alice")
+
+
+def test_the_monitoring_service_reads_the_metrics_and_nothing_else(config):
+    assert role(config, "monitoring")["scopes"] == ["read:metrics"]

@@ -1,0 +1,165 @@
+"""The portal's own Prometheus series (issue 28), beside JupyterHub's at
+``/hub/metrics`` (prometheus_client's default registry, which JupyterHub
+serves; ``authenticate_prometheus`` kept: a token with ``read:metrics``, the
+portal admins' and the site's monitoring service's).
+
+Counted as they happen, in the hub:
+
+- ``portal_spawn_duration_seconds{profile}``: a spawn's request to its
+  server answering (``PortalSpawner.start``), spawns that answered;
+- ``portal_queue_wait_seconds{profile}``: its sbatch to Slurm running it;
+- ``portal_refused_requests_total{reason}``: requests refused before
+  anything was submitted (``options``, ``qos``, ``sessions``, ``image``,
+  ``notebook_job``);
+- ``portal_idle_culls_total{profile}``: sessions the idle culler stopped;
+- ``portal_slurm_command_seconds{command}`` and
+  ``portal_slurm_command_errors_total{command}``: every Slurm command the
+  hub ran (``portal.slurm.commands.OBSERVERS``).
+
+Read at each scrape (``PortalCollector``):
+
+- ``portal_sessions{state,profile}``: sessions, pending or running;
+- ``portal_notebook_jobs{state,profile}``: notebook jobs not ended, as the
+  jobs' notices last saw them (every 15 s);
+- ``portal_gpus_held{kind}``: GPUs held by running sessions and notebook jobs;
+- ``portal_poll_age_seconds``: since the shared poll's last good squeue;
+- ``portal_extensions_total``: extensions of sessions, the store's audit
+  (the hub's and the admin service's alike).
+
+No series has a user's name in it: the login node's Prometheus is readable
+by its local users.
+"""
+
+import time
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from portal.slurm import commands as slurm
+
+SPAWN_BUCKETS = (1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+COMMAND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
+
+SPAWN_DURATION = Histogram(
+    "portal_spawn_duration_seconds",
+    "A session's spawn request to its server answering, by profile (spawns that answered)",
+    ["profile"], buckets=SPAWN_BUCKETS,
+)  # fmt: skip
+QUEUE_WAIT = Histogram(
+    "portal_queue_wait_seconds",
+    "A session's sbatch to Slurm running its job, by profile",
+    ["profile"], buckets=SPAWN_BUCKETS,
+)  # fmt: skip
+REFUSED = Counter(
+    "portal_refused_requests", "Requests refused before anything was submitted, by reason",
+    ["reason"],
+)  # fmt: skip
+IDLE_CULLS = Counter("portal_idle_culls", "Sessions the idle culler stopped", ["profile"])
+SLURM_SECONDS = Histogram(
+    "portal_slurm_command_seconds", "Slurm commands the hub ran, by command", ["command"],
+    buckets=COMMAND_BUCKETS,
+)  # fmt: skip
+SLURM_ERRORS = Counter(
+    "portal_slurm_command_errors", "Slurm commands that failed or timed out, by command",
+    ["command"],
+)  # fmt: skip
+
+
+def observe_command(name, seconds, ok):
+    """``portal.slurm.commands.run``'s observer: one command's time and outcome."""
+    SLURM_SECONDS.labels(name).observe(seconds)
+    if not ok:
+        SLURM_ERRORS.labels(name).inc()
+
+
+def observe_spawn(spawner):
+    """A spawn that answered: its duration and its queue wait (its timeline's)."""
+    profile = spawner.profile.name if spawner.profile else ""
+    timeline = spawner.timeline
+    if "answered" in timeline:
+        SPAWN_DURATION.labels(profile).observe(timeline["answered"])
+    if "submitted" in timeline and "running seen" in timeline:
+        QUEUE_WAIT.labels(profile).observe(
+            max(0.0, timeline["running seen"] - timeline["submitted"])
+        )
+
+
+def refused(reason):
+    REFUSED.labels(reason).inc()
+
+
+class PortalCollector:
+    """The series read at each scrape, from the hub's memory and the store
+    (no Slurm query: the shared poll's and the jobs' notices' last view)."""
+
+    def __init__(self, spawners, poller, job_notices, store):
+        self.spawners = spawners  # () -> every active spawner of the hub
+        self.poller = poller
+        self.job_notices = job_notices
+        self.store = store
+
+    def describe(self):
+        """The families' names alone: prometheus_client registers a collector
+        by them, without collecting (the hub is not running yet then)."""
+        for name, kind in (("portal_sessions", GaugeMetricFamily),
+                           ("portal_notebook_jobs", GaugeMetricFamily),
+                           ("portal_gpus_held", GaugeMetricFamily),
+                           ("portal_poll_age_seconds", GaugeMetricFamily),
+                           ("portal_extensions", CounterMetricFamily)):  # fmt: skip
+            yield kind(name, "")
+
+    def collect(self):
+        sessions = GaugeMetricFamily(
+            "portal_sessions", "Sessions by Slurm state and profile", labels=["state", "profile"]
+        )
+        gpus = GaugeMetricFamily(
+            "portal_gpus_held", "GPUs held by what runs, by kind", labels=["kind"]
+        )
+        counts, held = {}, 0
+        for spawner in self.spawners():
+            job_id = getattr(spawner, "job_id", "")
+            job = self.poller.job(job_id) if job_id else None
+            state = "running" if job and job.running else "pending"
+            profile = spawner.profile.name if getattr(spawner, "profile", None) else ""
+            counts[(state, profile)] = counts.get((state, profile), 0) + 1
+            if state == "running" and spawner.job_slice:
+                held += spawner.job_slice.total_gpus
+        for (state, profile), n in sorted(counts.items()):
+            sessions.add_metric([state, profile], n)
+        gpus.add_metric(["session"], held)
+        jobs = GaugeMetricFamily(
+            "portal_notebook_jobs", "Notebook jobs not ended, by state and profile",
+            labels=["state", "profile"],
+        )  # fmt: skip
+        seen = self.job_notices.seen if self.job_notices else {}
+        for (state, profile), n in sorted(seen.get("counts", {}).items()):
+            jobs.add_metric([state.lower(), profile], n)
+        gpus.add_metric(["notebook_job"], seen.get("gpus", 0))
+        age = GaugeMetricFamily(
+            "portal_poll_age_seconds", "Seconds since the shared poll's last good squeue"
+        )
+        snapshot = self.poller.snapshot
+        if snapshot.ok:
+            age.add_metric([], max(0.0, time.monotonic() - snapshot.started))
+        extensions = CounterMetricFamily(
+            "portal_extensions", "Extensions of sessions' time limits (the store's audit)"
+        )
+        extensions.add_metric([], self.store.extension_count())
+        yield from (sessions, jobs, gpus, age, extensions)
+
+
+_collector = None  # the one registered in this process
+
+
+def install(spawners, poller, job_notices, store):
+    """Observe Slurm's commands and register the collector (once a process:
+    a second configuration gives the same collector its new sources)."""
+    global _collector
+    if observe_command not in slurm.OBSERVERS:
+        slurm.OBSERVERS.append(observe_command)
+    if _collector is None:
+        _collector = PortalCollector(spawners, poller, job_notices, store)
+        REGISTRY.register(_collector)
+    else:
+        _collector.__init__(spawners, poller, job_notices, store)
+    return _collector

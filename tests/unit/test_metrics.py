@@ -1,0 +1,106 @@
+"""The portal's Prometheus series (spawners/metrics.py) and the login node's
+Prometheus configuration (deploy/prometheus_setup.py), without a hub: the
+spawners, the poll and the store are made here. The real hub and Prometheus
+are exercised by tests/integration/test_metrics.py."""
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from deploy import prometheus_setup
+from portal.core.slice import make_slice
+from portal.slurm import commands as slurm
+from spawners import metrics
+
+SETTINGS = {
+    "hub": {"bind_url": "https://0.0.0.0:8000", "domain": "portal.localhost"},
+    "tls": {"ca_cert": "/etc/portal/tls/ca.crt"},
+    "metrics": {"scrape_seconds": 15.0, "retention": "30d", "prometheus_listen": "127.0.0.1:9090"},
+}
+
+
+def spawner(job_id, profile, gpus):
+    job_slice = make_slice(gpus, 1, partition="gpu", max_gpus=4, cores_per_gpu=8,
+                           mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+    return SimpleNamespace(
+        job_id=job_id, profile=SimpleNamespace(name=profile), job_slice=job_slice
+    )
+
+
+def sample(metric, name, **labels):
+    """The value of ``metric``'s sample ``name`` with ``labels`` (0 when none)."""
+    for family in metric.collect():
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return 0.0
+
+
+def scrape(collector):
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_the_collector_counts_sessions_gpus_jobs_and_the_polls_age():
+    jobs = {"1": SimpleNamespace(running=True), "2": SimpleNamespace(running=False)}
+    poller = SimpleNamespace(
+        job=jobs.get, snapshot=SimpleNamespace(ok=True, started=time.monotonic() - 4)
+    )
+    notices = SimpleNamespace(seen={"counts": {("RUNNING", "pytorch"): 2}, "gpus": 3})
+    store = SimpleNamespace(extension_count=lambda: 7)
+    spawners = [spawner("1", "pytorch", 2), spawner("2", "pytorch", 1), spawner("", "mxnet", 1)]
+    text = scrape(metrics.PortalCollector(lambda: spawners, poller, notices, store))
+    assert 'portal_sessions{profile="pytorch",state="running"} 1.0' in text
+    assert 'portal_sessions{profile="pytorch",state="pending"} 1.0' in text
+    assert 'portal_sessions{profile="mxnet",state="pending"} 1.0' in text
+    assert 'portal_gpus_held{kind="session"} 2.0' in text  # the running one's
+    assert 'portal_gpus_held{kind="notebook_job"} 3.0' in text
+    assert 'portal_notebook_jobs{profile="pytorch",state="running"} 2.0' in text
+    assert "portal_extensions_total 7.0" in text
+    age = float(text.split("\nportal_poll_age_seconds ")[1].split()[0])
+    assert 4 <= age < 60
+
+
+def test_a_poll_that_never_answered_has_no_age_rather_than_zero():
+    poller = SimpleNamespace(job=lambda _: None, snapshot=SimpleNamespace(ok=False, started=0))
+    store = SimpleNamespace(extension_count=lambda: 0)
+    text = scrape(metrics.PortalCollector(list, poller, None, store))
+    assert "\nportal_poll_age_seconds " not in text
+
+
+def test_every_slurm_command_is_timed_and_its_failures_counted(monkeypatch):
+    monkeypatch.setattr(slurm, "OBSERVERS", [metrics.observe_command])
+    errors = "portal_slurm_command_errors_total"
+    before = sample(metrics.SLURM_ERRORS, errors, command="false")
+    asyncio.run(slurm.run(["true"]))
+    try:
+        asyncio.run(slurm.run(["false"]))
+    except slurm.SlurmError:
+        pass
+    assert sample(metrics.SLURM_ERRORS, errors, command="false") == before + 1
+    assert sample(metrics.SLURM_SECONDS, "portal_slurm_command_seconds_count", command="true") >= 1
+
+
+def test_a_spawn_is_observed_with_its_queue_wait():
+    timeline = {"submitted": 0.2, "running seen": 1.7, "answered": 3.1}
+    made = SimpleNamespace(profile=SimpleNamespace(name="vision"), timeline=timeline)
+    metrics.observe_spawn(made)
+    assert (
+        sample(metrics.SPAWN_DURATION, "portal_spawn_duration_seconds_sum", profile="vision") >= 3.1
+    )
+    assert sample(metrics.QUEUE_WAIT, "portal_queue_wait_seconds_sum", profile="vision") >= 1.5
+
+
+def test_prometheus_scrapes_the_hub_through_the_proxy_with_the_monitoring_token():
+    text = prometheus_setup.prometheus_yml(SETTINGS, token_file="/etc/portal/prometheus/token")
+    assert text.startswith(prometheus_setup.MARKER)
+    assert 'targets: ["127.0.0.1:8000"]' in text and "server_name: portal.localhost" in text
+    assert "metrics_path: /hub/metrics" in text and "scrape_interval: 15s" in text
+    assert "credentials_file: /etc/portal/prometheus/token" in text
+    assert "ca_file: /etc/portal/tls/ca.crt" in text
+    argv = prometheus_setup.daemon_argv(SETTINGS)
+    assert "--web.listen-address=127.0.0.1:9090" in argv
+    assert "--storage.tsdb.retention.time=30d" in argv
