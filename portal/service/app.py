@@ -25,7 +25,8 @@ from portal.notebookjobs import NotebookJobs
 from portal.service.cluster import ClusterSource
 from portal.store import ProfileStore, store_url
 
-from . import api, jobs, pages
+from . import api, jobs, pages, usage
+from .health import HealthHandler
 from .images import ImageChecks
 from .operations import ProfileOperations, SessionOperations
 
@@ -97,6 +98,8 @@ def create_application(settings=None, store=None, image_runner=None):
         (route("api/sessions/([^/]+)"), api.SessionAPI),
         (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
         *jobs.routes(route),
+        *usage.routes(route),
+        (route("health"), HealthHandler),
     ]
     return web.Application(
         handlers,
@@ -106,6 +109,7 @@ def create_application(settings=None, store=None, image_runner=None):
         sessions=sessions,
         notebook_jobs=NotebookJobs(store, settings),
         jinja=jinja,
+        site_settings=settings,
         service_prefix=prefix,
         hub_prefix=hub_prefix,
         cookie_secret=os.urandom(32),

@@ -38,7 +38,8 @@ CONFIG_FILES = {"jupyterhub_config", "bench.stock_config"}
 FRAMEWORKS = ("jupyterhub", "batchspawner", "tornado", "jupyter_server")
 PURE = ("portal.core", "portal.slurm", "portal.settings", "portal.contract", "portal.roles",
         "portal.tlscontext", "portal.helper")  # fmt: skip
-SHARED = ("portal.store", "portal.extend", "portal.migrations", "portal.notebookjobs")
+SHARED = ("portal.store", "portal.extend", "portal.migrations", "portal.notebookjobs",
+          "portal.health", "portal.usage")  # fmt: skip
 HUB, SERVICE, SESSION = ("spawners",), ("portal.service",), ("portal.session",)
 HUB_CONFIG = "spawners.hub_config"
 

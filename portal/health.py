@@ -1,0 +1,186 @@
+"""Is the portal up, part by part (issue 28): the same checks behind the admin
+service's ``GET /services/portal/health`` (JSON for monitors, a page for
+people; HTTP 503 naming what is down) and ``make health`` (``python -m
+portal.health``: one line per part, exit status 0, or 1 naming the parts
+that are down).
+
+Parts, each ``ok`` with what it saw or down with why:
+
+- ``login page``: the hub's login page through the proxy, its certificate
+  checked against [tls] ca_cert;
+- ``ldap``: a bind to the directory with its TLS ([ldap] tls_strategy:
+  StartTLS first), certificate checked;
+- ``slurmctld``: ``scontrol ping``;
+- ``slurmdbd``: ``sacctmgr show cluster`` (it answers through slurmdbd);
+- ``shared poll``: the hub's poll wrote what it sees within three of its
+  intervals (the cluster snapshot's age);
+- ``nodes``: each node's state, as that poll saw it; down when no node of a
+  partition can run anything;
+- ``free GPUs``: per partition (information: a full cluster is not down);
+- ``disk``: free space where the hub keeps its state (down under 1 GB).
+
+Nothing of a user's is in the answer: it is served without a login.
+"""
+
+import asyncio
+import json
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from portal import settings as site_settings
+from portal.slurm import commands as slurm
+from portal.slurm.model import snapshot_from_json
+from portal.slurm.parse import SlurmError
+
+MIN_FREE_BYTES = 2**30
+TIMEOUT = 10.0
+
+
+@dataclass
+class Part:
+    name: str
+    ok: bool
+    detail: str
+    critical: bool = True  # a down part makes the portal down (503)
+
+
+def _fetch(url, cafile, timeout):
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
+    request = urllib.request.Request(url, headers={"User-Agent": "portal-health"})
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        return response.status, response.read(200_000).decode(errors="replace")
+
+
+async def login_page(settings):
+    url = site_settings.public_url(settings) + "hub/login"
+    try:
+        status, body = await asyncio.to_thread(_fetch, url, settings["tls"]["ca_cert"], TIMEOUT)
+    except (urllib.error.URLError, OSError, ssl.SSLError) as e:
+        return Part("login page", False, f"{url}: {getattr(e, 'reason', e)}")
+    ok = status == 200 and "password" in body.lower()
+    return Part("login page", ok, f"{url}: HTTP {status}" + ("" if ok else ", no login form"))
+
+
+def _ldap_bind(settings):
+    import ldap3
+
+    ldap = settings["ldap"]
+    tls = ldap3.Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=settings["tls"]["ca_cert"])
+    strategy = ldap["tls_strategy"]
+    server = ldap3.Server(
+        ldap["server_address"], port=ldap["server_port"], use_ssl=strategy == "on_connect",
+        tls=tls, connect_timeout=int(TIMEOUT),
+    )  # fmt: skip
+    conn = ldap3.Connection(server, receive_timeout=int(TIMEOUT), raise_exceptions=True)
+    try:
+        conn.open()
+        if strategy == "before_bind":
+            conn.start_tls()
+        conn.bind()
+        return f"{ldap['server_address']}:{ldap['server_port']}, {strategy}, bound"
+    finally:
+        conn.unbind()
+
+
+async def ldap_bind(settings):
+    try:
+        return Part("ldap", True, await asyncio.to_thread(_ldap_bind, settings))
+    except Exception as e:  # noqa: BLE001 (what the directory said is the answer)
+        return Part("ldap", False, f"{type(e).__name__}: {str(e)[:200]}")
+
+
+async def slurmctld(settings):
+    try:
+        out = await slurm.run(["scontrol", "ping"], timeout=TIMEOUT)
+    except SlurmError as e:
+        return Part("slurmctld", False, str(e)[:300])
+    return Part("slurmctld", "is UP" in out, out.splitlines()[0][:200] if out else "no answer")
+
+
+async def slurmdbd(settings):
+    argv = ["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"]
+    try:
+        out = await slurm.run(argv, timeout=TIMEOUT)
+    except SlurmError as e:
+        return Part("slurmdbd", False, str(e)[:300])
+    return Part("slurmdbd", bool(out.strip()), f"clusters: {', '.join(out.split()) or 'none'}")
+
+
+def poll_parts(settings, now=None):
+    """The shared poll's age, the nodes it saw and their free GPUs."""
+    path = Path(site_settings.cluster_snapshot(settings))
+    limit = 3 * max(settings["slurm"]["cluster_interval"], settings["slurm"]["poll_interval"])
+    try:
+        written, partitions, _, errors = snapshot_from_json(path.read_text())
+    except (OSError, ValueError, KeyError) as e:
+        return [Part("shared poll", False, f"{path}: {e}")]
+    age = ((now or datetime.now()) - written).total_seconds()
+    said = f"{age:.0f} s ago (at most {limit:.0f})"
+    said += f"; {errors['jobs']}" if errors["jobs"] else ""
+    poll = Part("shared poll", age <= limit and not errors["jobs"], said)
+    states, empty, free = [], [], []
+    for name, partition in sorted(partitions.items()):
+        nodes = partition.nodes
+        states += [f"{n.name} {n.state}" for n in nodes if f"{n.name} {n.state}" not in states]
+        if not any(n.available for n in nodes):
+            empty.append(name)
+        gpus = sum(max(0, n.gpus - n.gpus_used) for n in nodes if n.available)
+        free.append(f"{name} {gpus} of {sum(n.gpus for n in nodes)}")
+    nodes = Part(
+        "nodes", not empty,
+        ", ".join(states) + (f"; no node can run partition {', '.join(empty)}" if empty else ""),
+    )  # fmt: skip
+    return [poll, nodes, Part("free GPUs", True, ", ".join(free) or "none", critical=False)]
+
+
+def disk(settings):
+    state = settings["hub"]["state_dir"]
+    try:
+        free = shutil.disk_usage(state).free
+    except OSError as e:
+        return Part("disk", False, f"{state}: {e}")
+    return Part("disk", free >= MIN_FREE_BYTES, f"{free / 2**30:.1f} GB free in {state}")
+
+
+async def check(settings=None):
+    """Every part, checked at once: ``{"ok", "down", "parts", "checked_at"}``."""
+    settings = settings or site_settings.load()
+    began = time.time()
+    parts = list(await asyncio.gather(
+        login_page(settings), ldap_bind(settings), slurmctld(settings), slurmdbd(settings),
+    ))  # fmt: skip
+    parts += poll_parts(settings) + [disk(settings)]
+    down = [p.name for p in parts if not p.ok and p.critical]
+    return {
+        "ok": not down,
+        "down": down,
+        "parts": [asdict(p) for p in parts],
+        "checked_at": datetime.fromtimestamp(began).astimezone().isoformat(timespec="seconds"),
+        "seconds": round(time.time() - began, 2),
+    }
+
+
+def main():
+    result = asyncio.run(check())
+    for part in result["parts"]:
+        mark = "ok  " if part["ok"] else ("FAIL" if part["critical"] else "warn")
+        print(f"{mark} {part['name']}: {part['detail']}")
+    if result["down"]:
+        print(f"portal: down: {', '.join(result['down'])}", file=sys.stderr)
+        return 1
+    print(f"portal: up ({result['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--json"]:
+        print(json.dumps(asyncio.run(check()), indent=1))
+        sys.exit(0)
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Usage and efficiency over a period (issue 28): the admin service's report
+(``/services/portal/usage``, its CSV, ``GET api/usage``) for admins, every
+user, group and profile; for a user, their own.
+
+From Slurm's accounting (one ``sacct`` of the portal's jobs, sessions and
+notebook jobs, that ran in the period): GPU-hours held (the allocation's
+``gres/gpu`` × its elapsed time, clipped to the period), CPU efficiency
+(``TotalCPU`` of its steps over its cores × elapsed), queue waits (submit
+to start). From the portal's store: each job's profile (the sessions' and
+the notebook jobs' records), the hours sessions idled before the culler
+stopped them. GPU busy share where NVML data exists (a notebook job's
+runner's samples, read as its user); ``None`` otherwise, which the report
+says as "no GPU data", never as 0.
+"""
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from portal.core.durations import slurm_time
+from portal.slurm.commands import run
+from portal.slurm.model import parse_time
+
+FIELDS = "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS"
+MAX_DAYS = 366
+
+
+class UsageError(ValueError):
+    def __init__(self, message, field=None):
+        super().__init__(message)
+        self.field = field
+
+
+def period(since, until, now=None):
+    """``(since, until)`` as datetimes from ``YYYY-MM-DD`` texts (``until``
+    inclusive: to the end of that day); the last 7 days by default.
+
+    >>> [d.isoformat() for d in period("2026-11-01", "2026-11-02")]
+    ['2026-11-01T00:00:00', '2026-11-03T00:00:00']
+    """
+    now = now or datetime.now()
+    try:
+        end = datetime.fromisoformat(until) + timedelta(days=1) if until else now
+        start = datetime.fromisoformat(since) if since else end - timedelta(days=7)
+    except (TypeError, ValueError):
+        raise UsageError("since and until are dates, YYYY-MM-DD", "since") from None
+    if start >= end:
+        raise UsageError("since must be before until", "since")
+    if end - start > timedelta(days=MAX_DAYS):
+        raise UsageError(f"a report covers at most {MAX_DAYS} days", "since")
+    return start, end
+
+
+def cpu_seconds(text):
+    """sacct's ``TotalCPU`` (``[D-]HH:MM:SS[.mmm]`` or ``MM:SS.mmm``) in seconds.
+
+    >>> cpu_seconds("01:02.500"), cpu_seconds("1-00:00:01"), cpu_seconds("")
+    (62.5, 86401.0, 0.0)
+    """
+    if not text:
+        return 0.0
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return float(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def tres_gpus(tres):
+    """``gres/gpu=N`` of an AllocTRES text."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu" and value.isdigit():
+            return int(value)
+    return 0
+
+
+@dataclass
+class Row:
+    job_id: str
+    user: str
+    kind: str  # "session" or "notebook job"
+    state: str
+    submit: datetime | None
+    start: datetime | None
+    end: datetime | None
+    gpus: int
+    cpus: int
+    elapsed: int  # seconds
+    cpu_seconds: float = 0.0
+    profile: str = ""
+    idle_seconds: int = 0
+    gpu_busy: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def held(self, since, until):
+        """Seconds the job held its allocation within [since, until)."""
+        if not self.start:
+            return 0.0
+        end = self.end or (self.start + timedelta(seconds=self.elapsed))
+        return max(0.0, (min(end, until) - max(self.start, since)).total_seconds())
+
+
+def parse_rows(text, session_name):
+    """sacct's lines (``FIELDS``, steps included) -> one Row per job or array
+    task, its steps' CPU time summed into it."""
+    rows, steps = {}, defaultdict(float)
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 11:
+            continue
+        job_id, user, name, state, submit, start, end, elapsed, tres, total, cpus = parts
+        if "." in job_id:
+            steps[job_id.split(".")[0]] += cpu_seconds(total)
+            continue
+        if not elapsed.isdigit():
+            continue
+        rows[job_id] = Row(
+            job_id=job_id, user=user,
+            kind="session" if name == session_name else "notebook job",
+            state=state.split()[0] if state else "", submit=parse_time(submit),
+            start=parse_time(start), end=parse_time(end), gpus=tres_gpus(tres),
+            cpus=int(cpus) if cpus.isdigit() else 0, elapsed=int(elapsed),
+            cpu_seconds=cpu_seconds(total),
+        )  # fmt: skip
+    for job_id, row in rows.items():
+        row.cpu_seconds = max(row.cpu_seconds, steps.get(job_id, 0.0))
+    return list(rows.values())
+
+
+async def accounted(job_name, since, until, user=None, timeout=60):
+    """Every job of the portal (sessions and notebook jobs) that ran in the period."""
+    argv = ["sacct", "-a", "-n", "-P", "--name", f"{job_name},{job_name}-notebook",
+            "-S", since.isoformat(timespec="seconds"), "-E", until.isoformat(timespec="seconds"),
+            "-o", FIELDS]  # fmt: skip
+    if user:
+        argv += ["-u", user]
+    return parse_rows(await run(argv, timeout=timeout), job_name)
+
+
+def summary(rows, since, until, groups_of):
+    """The report: per user, group, profile and day (GPU-hours by group)."""
+
+    def totals(selected):
+        held = sum(r.held(since, until) * r.gpus for r in selected) / 3600
+        core_seconds = sum(r.cpus * r.elapsed for r in selected)
+        waits = [(r.start - r.submit).total_seconds() for r in selected if r.start and r.submit]
+        busy = [r.gpu_busy for r in selected if r.gpu_busy is not None]
+        asked = sum(r.gpus for r in selected)
+        return {
+            "sessions": sum(1 for r in selected if r.kind == "session"),
+            "notebook_jobs": sum(1 for r in selected if r.kind != "session"),
+            "gpu_hours": round(held, 3),
+            "cpu_efficiency": round(sum(r.cpu_seconds for r in selected) / core_seconds, 3)
+            if core_seconds
+            else None,
+            "gpu_busy": round(statistics.mean(busy), 1) if busy else None,
+            "idle_hours_before_cull": round(sum(r.idle_seconds for r in selected) / 3600, 2),
+            "queue_wait_median_s": round(statistics.median(waits), 1) if waits else None,
+            "gpus_asked": asked,
+        }
+
+    by_user, by_group, by_profile = defaultdict(list), defaultdict(list), defaultdict(list)
+    days = defaultdict(float)
+    for r in rows:
+        by_user[r.user].append(r)
+        by_profile[r.profile or "(unknown)"].append(r)
+        for group in groups_of(r.user):
+            by_group[group].append(r)
+            for day, seconds in split_days(r, since, until):
+                days[(day, group)] += seconds * r.gpus / 3600
+    return {
+        "since": since.isoformat(timespec="seconds"),
+        "until": until.isoformat(timespec="seconds"),
+        "users": [{"username": u, **totals(rs)} for u, rs in sorted(by_user.items())],
+        "groups": [{"group": g, **totals(rs)} for g, rs in sorted(by_group.items())],
+        "profiles": [{"profile": p, **totals(rs)} for p, rs in sorted(by_profile.items())],
+        "days": [
+            {"day": d, "group": g, "gpu_hours": round(h, 3)} for (d, g), h in sorted(days.items())
+        ],  # fmt: skip
+        "jobs": [job_json(r) for r in sorted(rows, key=lambda r: r.submit or since)],
+    }
+
+
+def split_days(row, since, until):
+    """``[(YYYY-MM-DD, seconds held that day)]`` within the period."""
+    if not row.start:
+        return []
+    start = max(row.start, since)
+    end = min(row.end or (row.start + timedelta(seconds=row.elapsed)), until)
+    out = []
+    while start < end:
+        midnight = datetime.combine(start.date() + timedelta(days=1), datetime.min.time())
+        part_end = min(midnight, end)
+        out.append((start.date().isoformat(), (part_end - start).total_seconds()))
+        start = part_end
+    return out
+
+
+def job_json(r):
+    return {
+        "id": r.job_id, "user": r.user, "kind": r.kind, "profile": r.profile, "state": r.state,
+        "gpus": r.gpus, "cores": r.cpus, "elapsed": slurm_time(r.elapsed // 60),
+        "submit": r.submit.isoformat() if r.submit else None,
+        "start": r.start.isoformat() if r.start else None,
+        "cpu_efficiency": round(r.cpu_seconds / (r.cpus * r.elapsed), 3)
+        if r.cpus and r.elapsed else None,
+        "gpu_busy": r.gpu_busy,
+    }  # fmt: skip
+
+
+def as_csv(report):
+    """The users' and the jobs' tables as CSV text."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    columns = [
+        "username", "sessions", "notebook_jobs", "gpu_hours", "cpu_efficiency", "gpu_busy",
+        "idle_hours_before_cull", "queue_wait_median_s", "gpus_asked",
+    ]  # fmt: skip
+    writer.writerow(columns)
+    for user in report["users"]:
+        writer.writerow(["" if user[c] is None else user[c] for c in columns])
+    return out.getvalue()

@@ -1,0 +1,59 @@
+"""The health check (issue 28) against the real parts of the test hub:
+``make health`` (``python -m portal.health``) exits 0 with everything up;
+with slurmctld stopped it exits 1 naming slurmctld, and the service's
+``/services/portal/health`` answers 503 naming it, as JSON and as a page;
+started again, both are up again."""
+
+import subprocess
+import sys
+import time
+
+import requests
+
+from portal.service.health import FRESH_SECONDS
+from tests.support import REPO
+from tests.support.hubsettings import CA_CERT
+
+
+def make_health(hub_env):
+    run = subprocess.run(
+        [sys.executable, "-m", "portal.health"], env=hub_env, cwd=REPO, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    return run.returncode, run.stdout + run.stderr
+
+
+def endpoint(hub, **params):
+    return requests.get(f"{hub}/services/portal/health", params=params, verify=CA_CERT, timeout=60)
+
+
+def wait_up(hub_env, timeout=90):
+    deadline = time.monotonic() + timeout
+    while (result := make_health(hub_env))[0] != 0:
+        assert time.monotonic() < deadline, result[1]
+        time.sleep(2)
+    return result
+
+
+def test_health_names_slurmctld_while_it_is_down(hub, hub_env, slurmctld_down):
+    status, said = wait_up(hub_env)
+    for part in ("login page", "ldap", "slurmctld", "slurmdbd", "shared poll", "nodes", "disk"):
+        assert f"ok   {part}: " in said, said
+    assert "free GPUs: gpu " in said and said.rstrip().splitlines()[-1].startswith("portal: up")
+    r = endpoint(hub, format="json")
+    assert r.status_code == 200 and r.json()["ok"] and r.json()["down"] == [], r.text
+
+    with slurmctld_down():
+        status, said = make_health(hub_env)
+        assert status == 1 and "FAIL slurmctld: " in said, said
+        assert "portal: down: " in said and "slurmctld" in said.splitlines()[-1], said
+        time.sleep(FRESH_SECONDS + 1)  # the service's last answer is no longer fresh
+        r = endpoint(hub, format="json")
+        assert r.status_code == 503 and "slurmctld" in r.json()["down"], r.text
+        page = endpoint(hub)
+        assert page.status_code == 503 and "The portal is down: " in page.text
+        assert 'data-part="slurmctld"' in page.text
+
+    status, said = wait_up(hub_env)
+    time.sleep(FRESH_SECONDS + 1)
+    assert endpoint(hub, format="json").status_code == 200
