@@ -6,7 +6,7 @@ PYTHON := $(ENVS_PREFIX)/envs/hub/bin/python
 RUFF := $(ENVS_PREFIX)/envs/hub/bin/ruff
 JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 
-.PHONY: up down purge status accounts restart-hub test lint unit bench smoke labextension
+.PHONY: up down purge status accounts restart-hub health load test lint unit bench smoke labextension
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -25,6 +25,12 @@ accounts:      ## the demo LDAP accounts, as JSON
 
 restart-hub:   ## restart the hub alone; the proxy, Slurm, slapd and sessions keep running
 	@bash $(DEPLOY)/hub.sh restart
+
+health:        ## each part of the portal, ok or down (exit 1 naming what is down)
+	@$(PYTHON) -m portal.health
+
+load:          ## USERS=N (12) accounts, at once: login, a spawn (queueing), a cell, stop; p50/p95
+	@$(PYTHON) -m bench.loadtest --users $(or $(USERS),12)
 
 test:          ## install what the tests need, lint, start the cluster, run every test
 	@bash $(DEPLOY)/packages.sh

@@ -37,6 +37,7 @@ UID_BASES = {
     "load": 21000,  # tests: reliability, poller load
     "bench": 23000,  # bench/users.py
     "refresh": 24000,  # tests: group changes (tests/integration/test_group_refresh.py)
+    "drive": 25000,  # make load (bench/loadtest.py)
 }
 MAX_USERS = 999
 GUESTS_GID = 20100  # guests, deploy/ldap.sh DEMO_GROUPS
