@@ -100,7 +100,7 @@ async def slurmctld(settings):
     try:
         out = await slurm.run(["scontrol", "ping"], timeout=TIMEOUT)
     except SlurmError as e:
-        return Part("slurmctld", False, str(e)[:300])
+        return Part("slurmctld", False, f"does not answer ({str(e)[:300]})")
     return Part("slurmctld", "is UP" in out, out.splitlines()[0][:200] if out else "no answer")
 
 
