@@ -128,17 +128,21 @@ def main(argv=None):
     parser.add_argument("--users", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=900, help="seconds a spawn may queue")
     args = parser.parse_args(argv)
+    if args.users < 1:
+        parser.error("USERS must be at least 1")
     url = site_settings.public_url(site_settings.load()).rstrip("/")
     say(f"making {args.users} accounts {PREFIX}001.. for the run")
-    accounts = loadusers.ensure_users(args.users, prefix=PREFIX)
     began = time.monotonic()
+    accounts = {}
     try:
+        accounts = loadusers.ensure_users(args.users, prefix=PREFIX)
         with ThreadPoolExecutor(args.users) as pool:
             results = list(pool.map(
                 lambda item: one_user(url, *item, args.timeout), sorted(accounts.items())
             ))  # fmt: skip
     finally:
-        subprocess.run(["scancel", "-u", ",".join(accounts)], check=False, capture_output=True)
+        if accounts:
+            subprocess.run(["scancel", "-u", ",".join(accounts)], check=False, capture_output=True)
         time.sleep(2)
         removed = loadusers.remove_users(PREFIX)
         say(f"removed the {len(removed)} accounts")

@@ -71,8 +71,9 @@ def replace_file(path, text, mode=0o600, uid=0, gid=0):
     tmp.unlink(missing_ok=True)
     with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(text)
-    os.chown(tmp, uid, gid)
-    os.chmod(tmp, mode)
+        # by the descriptor: a link put at tmp meanwhile changes nothing else
+        os.fchown(f.fileno(), uid, gid)
+        os.fchmod(f.fileno(), mode)
     os.replace(tmp, path)
 
 

@@ -38,10 +38,12 @@ there would have root write any file).
 """
 
 import os
+import re
 import runpy
 import secrets
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -307,10 +309,25 @@ def metrics_token(path):
     at ``path`` (the hub's copy), made once; deploy/prometheus_setup.py gives
     the login node's Prometheus its own copy."""
     path = Path(path)
-    if not path.is_file() or len(path.read_text().strip()) < 32:
+    if read_token(path) is None:
         replace_file(path, secrets.token_hex(32) + "\n", 0o600)
         log(f"made the monitoring token {path}")
     return path
+
+
+def read_token(path):
+    """The token in ``path``, a regular file (no link followed) holding 64
+    hex digits; None otherwise. The hub's account owns the folder: root
+    reads nothing else there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = f.read(200).strip()
+    return text if re.fullmatch(r"[0-9a-f]{64}", text) else None
 
 
 def check_readable(layout):

@@ -47,6 +47,17 @@ SEL
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Debian's own Prometheus service would listen on every address at boot: the
+# portal runs its own (deploy/prometheus.sh), on loopback.
+if [ -x /etc/init.d/prometheus ] || [ -e /lib/systemd/system/prometheus.service ]; then
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+    else
+        update-rc.d prometheus disable >/dev/null 2>&1 || true
+        /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    fi
+fi
+
 if ! command -v configurable-http-proxy >/dev/null; then
     log "installing configurable-http-proxy from npm"
     npm install -g --silent configurable-http-proxy@5 >/dev/null

@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from deploy.base import DeployError, logger, main_of, make_dir, write_if_changed
+from deploy.hub_setup import read_token
 from portal import settings as site_settings
 
 log = logger("prometheus")
@@ -45,9 +46,14 @@ def hub_target(settings):
     ('127.0.0.1:8000', 'portal.localhost')
     """
     url = urlparse(settings["hub"]["bind_url"])
-    host = url.hostname if url.hostname not in ("0.0.0.0", "", None) else "127.0.0.1"
+    host = url.hostname
+    if host in ("0.0.0.0", "", None):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    port = url.port or (443 if url.scheme == "https" else 80)
     name = settings["hub"]["domain"] or host
-    return f"{host}:{url.port or 443}", name
+    return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), name
 
 
 def prometheus_yml(settings, token_file=TOKEN):
@@ -62,7 +68,7 @@ global:
 scrape_configs:
   - job_name: portal-hub
     scheme: {scheme}
-    metrics_path: /hub/metrics
+    metrics_path: {urlparse(settings["hub"]["bind_url"]).path.rstrip("/")}/hub/metrics
     static_configs:
       - targets: ["{target}"]
     tls_config:
@@ -96,11 +102,12 @@ def cmd_shell(settings):
 def cmd_conf(settings):
     """Its configuration and token (prints "changed" when either changed)."""
     hub_token = site_settings.metrics_token_file(settings)
-    if not hub_token.is_file():
+    token = read_token(hub_token)
+    if token is None:
         raise DeployError(f"no monitoring token at {hub_token}: start the hub first (hub.sh)")
     make_dir(CONF_DIR, 0o750, "root", USER)
     make_dir(DATA, 0o750, USER)
-    changed = write_if_changed(TOKEN, hub_token.read_text(), 0o640, "root", USER)
+    changed = write_if_changed(TOKEN, token + "\n", 0o640, "root", USER)
     changed |= write_if_changed(CONF, prometheus_yml(settings), 0o640, "root", USER)
     if changed:
         log(f"wrote {CONF}")

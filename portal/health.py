@@ -149,14 +149,26 @@ def disk(settings):
     return Part("disk", free >= MIN_FREE_BYTES, f"{free / 2**30:.1f} GB free in {state}")
 
 
+async def guarded(name, check_part, settings):
+    """``check_part(settings)``, or the part down with whatever it raised."""
+    try:
+        return await check_part(settings)
+    except Exception as e:  # noqa: BLE001 (a missing command, a protocol error: said)
+        return Part(name, False, f"{type(e).__name__}: {str(e)[:200]}")
+
+
 async def check(settings=None):
     """Every part, checked at once: ``{"ok", "down", "parts", "checked_at"}``."""
     settings = settings or site_settings.load()
     began = time.time()
-    parts = list(await asyncio.gather(
-        login_page(settings), ldap_bind(settings), slurmctld(settings), slurmdbd(settings),
-    ))  # fmt: skip
-    parts += poll_parts(settings) + [disk(settings)]
+    checks = {"login page": login_page, "ldap": ldap_bind, "slurmctld": slurmctld,
+              "slurmdbd": slurmdbd}  # fmt: skip
+    parts = list(await asyncio.gather(*(guarded(n, f, settings) for n, f in checks.items())))
+    try:
+        parts += poll_parts(settings)
+    except Exception as e:  # noqa: BLE001 (a snapshot no parser expected)
+        parts.append(Part("shared poll", False, f"{type(e).__name__}: {str(e)[:200]}"))
+    parts.append(disk(settings))
     down = [p.name for p in parts if not p.ok and p.critical]
     return {
         "ok": not down,
@@ -181,6 +193,7 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--json"]:
-        print(json.dumps(asyncio.run(check()), indent=1))
-        sys.exit(0)
+        answer = asyncio.run(check())
+        print(json.dumps(answer, indent=1))
+        sys.exit(0 if answer["ok"] else 1)
     sys.exit(main())

@@ -16,7 +16,7 @@ says as "no GPU data", never as 0.
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from portal.core.durations import slurm_time
 from portal.slurm.commands import run
@@ -41,8 +41,8 @@ def period(since, until, now=None):
     """
     now = now or datetime.now()
     try:
-        end = datetime.fromisoformat(until) + timedelta(days=1) if until else now
-        start = datetime.fromisoformat(since) if since else end - timedelta(days=7)
+        end = day_start(until) + timedelta(days=1) if until else now
+        start = day_start(since) if since else end - timedelta(days=7)
     except (TypeError, ValueError):
         raise UsageError("since and until are dates, YYYY-MM-DD", "since") from None
     if start >= end:
@@ -50,6 +50,11 @@ def period(since, until, now=None):
     if end - start > timedelta(days=MAX_DAYS):
         raise UsageError(f"a report covers at most {MAX_DAYS} days", "since")
     return start, end
+
+
+def day_start(text):
+    """Midnight of the date ``YYYY-MM-DD`` (a date alone: no time, no zone)."""
+    return datetime.combine(date.fromisoformat(text), datetime.min.time())
 
 
 def cpu_seconds(text):
@@ -144,7 +149,9 @@ def summary(rows, since, until, groups_of):
 
     def totals(selected):
         held = sum(r.held(since, until) * r.gpus for r in selected) / 3600
-        core_seconds = sum(r.cpus * r.elapsed for r in selected)
+        # a running job's CPU time is accounted at its end: the ended ones only
+        ended = [r for r in selected if r.state not in ("RUNNING", "PENDING", "REQUEUED")]
+        core_seconds = sum(r.cpus * r.elapsed for r in ended)
         waits = [(r.start - r.submit).total_seconds() for r in selected if r.start and r.submit]
         busy = [r.gpu_busy for r in selected if r.gpu_busy is not None]
         asked = sum(r.gpus for r in selected)
@@ -152,7 +159,7 @@ def summary(rows, since, until, groups_of):
             "sessions": sum(1 for r in selected if r.kind == "session"),
             "notebook_jobs": sum(1 for r in selected if r.kind != "session"),
             "gpu_hours": round(held, 3),
-            "cpu_efficiency": round(sum(r.cpu_seconds for r in selected) / core_seconds, 3)
+            "cpu_efficiency": round(sum(r.cpu_seconds for r in ended) / core_seconds, 3)
             if core_seconds
             else None,
             "gpu_busy": round(statistics.mean(busy), 1) if busy else None,
@@ -166,10 +173,11 @@ def summary(rows, since, until, groups_of):
     for r in rows:
         by_user[r.user].append(r)
         by_profile[r.profile or "(unknown)"].append(r)
-        for group in groups_of(r.user):
+        groups = groups_of(r.user)
+        for group in groups:  # a user counts in each of their groups
             by_group[group].append(r)
-            for day, seconds in split_days(r, since, until):
-                days[(day, group)] += seconds * r.gpus / 3600
+        for day, seconds in split_days(r, since, until):  # on their first group alone
+            days[(day, groups[0] if groups else "(none)")] += seconds * r.gpus / 3600
     return {
         "since": since.isoformat(timespec="seconds"),
         "until": until.isoformat(timespec="seconds"),
@@ -210,6 +218,19 @@ def job_json(r):
     }  # fmt: skip
 
 
+def cell(value):
+    """A CSV cell no spreadsheet takes for a formula.
+
+    >>> cell(None), cell(1.5), cell("=cmd|' /C calc'!A0"), cell("alice")
+    ('', 1.5, "'=cmd|' /C calc'!A0", 'alice')
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def as_csv(report):
     """The users' and the jobs' tables as CSV text."""
     import csv
@@ -223,5 +244,5 @@ def as_csv(report):
     ]  # fmt: skip
     writer.writerow(columns)
     for user in report["users"]:
-        writer.writerow(["" if user[c] is None else user[c] for c in columns])
+        writer.writerow([cell(user[c]) for c in columns])
     return out.getvalue()

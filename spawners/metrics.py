@@ -30,12 +30,15 @@ No series has a user's name in it: the login node's Prometheus is readable
 by its local users.
 """
 
+import logging
 import time
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from portal.slurm import commands as slurm
+
+log = logging.getLogger("portal.metrics")
 
 SPAWN_BUCKETS = (1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 COMMAND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
@@ -122,8 +125,9 @@ class PortalCollector:
             state = "running" if job and job.running else "pending"
             profile = spawner.profile.name if getattr(spawner, "profile", None) else ""
             counts[(state, profile)] = counts.get((state, profile), 0) + 1
-            if state == "running" and spawner.job_slice:
-                held += spawner.job_slice.total_gpus
+            job_slice = getattr(spawner, "job_slice", None)
+            if state == "running" and job_slice:
+                held += job_slice.total_gpus
         for (state, profile), n in sorted(counts.items()):
             sessions.add_metric([state, profile], n)
         gpus.add_metric(["session"], held)
@@ -144,7 +148,10 @@ class PortalCollector:
         extensions = CounterMetricFamily(
             "portal_extensions", "Extensions of sessions' time limits (the store's audit)"
         )
-        extensions.add_metric([], self.store.extension_count())
+        try:
+            extensions.add_metric([], self.store.extension_count())
+        except Exception as e:  # noqa: BLE001 (the other series still go out)
+            log.warning("The extensions' count could not be read: %s", e)
         yield from (sessions, jobs, gpus, age, extensions)
 
 

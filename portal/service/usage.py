@@ -5,7 +5,7 @@ every user, group and profile; a user, their own jobs alone."""
 
 import json
 import pwd
-from functools import lru_cache
+import time
 
 from tornado import web
 
@@ -13,6 +13,7 @@ from portal import usage
 from portal.core.notebooks import result_base
 from portal.core.profiles import unix_groups
 from portal.core.slice import FieldError
+from portal.settings import portal_groups
 from portal.slurm.parse import SlurmError
 from portal.store import NotFound
 
@@ -23,12 +24,19 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 MAX_BUSY_READS = 100  # notebook jobs whose GPU samples a report reads
 
 
-@lru_cache(maxsize=1024)
-def groups_of(user):
+def groups_of(user, portal_groups=(), _cache={}):  # noqa: B006 (the process's cache)
+    """``user``'s groups, the portal's first (the day chart stacks a user's
+    GPU-hours on the first), kept a minute."""
+    seen = _cache.get(user)
+    if seen and time.monotonic() - seen[0] < 60:
+        return seen[1]
     try:
-        return tuple(unix_groups(pwd.getpwnam(user)))
+        groups = unix_groups(pwd.getpwnam(user))
     except KeyError:
-        return ("(unknown)",)
+        groups = ["(unknown)"]
+    ordered = tuple(sorted(groups, key=lambda g: (g not in portal_groups, g)))
+    _cache[user] = (time.monotonic(), ordered)
+    return ordered
 
 
 class UsageMixin:
@@ -57,7 +65,8 @@ class UsageMixin:
             if row.kind != "session" and row.start and reads < MAX_BUSY_READS:
                 reads += 1
                 row.gpu_busy = await self.gpu_busy(jobs, row)
-        return usage.summary(rows, since, until, groups_of)
+        portal = tuple(portal_groups(self.settings["site_settings"]))
+        return usage.summary(rows, since, until, lambda user: groups_of(user, portal))
 
     async def gpu_busy(self, jobs, row):
         """A notebook job's mean GPU busy share from its runner's samples, or None."""
@@ -66,9 +75,26 @@ class UsageMixin:
             record = self.store.notebook_job(base)
             path = result_base(record["notebook"], base, int(task) if task else None)
             sample = json.loads(await jobs.read(row.user, "gpus", f"{path}.gpus.json"))
-        except (NotFound, FieldError, ValueError):
+        except (NotFound, FieldError, ValueError, RecursionError):
             return None
-        return sample.get("mean_utilization") if sample.get("gpus") else None
+        return busy_share(sample)
+
+
+def busy_share(sample):
+    """A runner's mean busy share, when the sample (a file the job's user
+    can write) is one: a number from 0 to 100 beside a list of GPUs; else None.
+
+    >>> busy_share({"gpus": [{}], "mean_utilization": 42.5}), busy_share({"gpus": []})
+    (42.5, None)
+    >>> busy_share({"gpus": [1], "mean_utilization": "x"}), busy_share([1])
+    (None, None)
+    """
+    if not isinstance(sample, dict) or not isinstance(sample.get("gpus"), list):
+        return None
+    value = sample.get("mean_utilization")
+    if not sample["gpus"] or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value <= 100 else None
 
 
 class UsageAPI(UsageMixin, APIHandler):

@@ -60,3 +60,13 @@ def test_free_disk_under_a_gigabyte_is_down(tmp_path, monkeypatch):
     assert health.disk(settings(tmp_path)).ok
     monkeypatch.setattr(health, "MIN_FREE_BYTES", 2**62)
     assert not health.disk(settings(tmp_path)).ok
+
+
+def test_a_part_that_raises_is_down_with_why_never_a_500():
+    import asyncio
+
+    async def missing(settings):
+        raise FileNotFoundError("scontrol")
+
+    part = asyncio.run(health.guarded("slurmctld", missing, {}))
+    assert not part.ok and part.name == "slurmctld" and "FileNotFoundError" in part.detail

@@ -104,3 +104,26 @@ def test_prometheus_scrapes_the_hub_through_the_proxy_with_the_monitoring_token(
     argv = prometheus_setup.daemon_argv(SETTINGS)
     assert "--web.listen-address=127.0.0.1:9090" in argv
     assert "--storage.tsdb.retention.time=30d" in argv
+
+
+def test_the_scrape_target_follows_the_bind_url():
+    def target(bind_url, domain=""):
+        return prometheus_setup.hub_target({"hub": {"bind_url": bind_url, "domain": domain}})
+
+    assert target("https://[::]:8000") == ("[::1]:8000", "::1")
+    assert target("http://portal.example.org") == ("portal.example.org:80", "portal.example.org")
+    settings = {**SETTINGS, "hub": {"bind_url": "https://0.0.0.0:443/jupyter/", "domain": "p.org"}}
+    assert "metrics_path: /jupyter/hub/metrics" in prometheus_setup.prometheus_yml(settings)
+
+
+def test_the_monitoring_token_is_read_from_a_regular_file_of_hex_only(tmp_path):
+    from deploy.hub_setup import read_token
+
+    good, link, other = tmp_path / "t", tmp_path / "l", tmp_path / "secret"
+    good.write_text("ab" * 32 + "\n")
+    other.write_text("cd" * 32 + "\n")
+    link.symlink_to(other)
+    assert read_token(good) == "ab" * 32
+    assert read_token(link) is None  # a link is never followed
+    good.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    assert read_token(good) is None and read_token(tmp_path / "none") is None
