@@ -334,8 +334,9 @@ def test_a_job_that_queued_tells_its_start_and_end_by_mail_and_on_the_pages(
     alice, client = portal("alice"), login("alice")
     occupy_nodes(leave_free=0)
     try:
+        # it runs longer than the notices' interval: they see it running
         r = submit(alice, notebook=f"{FOLDER}/sleeper.ipynb", profile="pytorch", notify=True,
-                   parameters={"seconds": 2, "label": "told"})  # fmt: skip
+                   parameters={"seconds": int(NOTICES_EVERY) + 5, "label": "told"})  # fmt: skip
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
         time.sleep(NOTICES_EVERY + 5)  # the notices see it queued
