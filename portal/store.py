@@ -34,6 +34,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     Integer,
     String,
     Text,
@@ -235,6 +236,20 @@ class SessionJob(Base):
     nodes = Column(Integer, nullable=False)
     submitted_at = Column(DateTime, nullable=False)
     idle_seconds = Column(Integer, nullable=False, default=0, server_default="0")
+    # the hub's samples of its GPUs' use (spawners.gpu_use): how many, their
+    # mean utilisation in percent, the most GPUs busy at once (None: no
+    # sample); those of the session's first node (its server's), ``gpus`` of them
+    gpu_samples = Column(Integer, nullable=False, default=0, server_default="0")
+    gpu_busy = Column(Float, nullable=True)
+    gpus_used = Column(Integer, nullable=True)
+
+    def gpu_use(self):
+        return {
+            "job_id": self.job_id, "profile": self.profile, "gpus": self.gpus, "nodes": self.nodes,
+            "submitted_at": self.submitted_at.isoformat(timespec="seconds") + "Z",
+            "gpu_samples": self.gpu_samples, "gpu_busy": self.gpu_busy,
+            "gpus_used": self.gpus_used,
+        }  # fmt: skip
 
 
 class Meta(Base):
@@ -480,6 +495,37 @@ class ProfileStore:
             row = db.get(SessionJob, str(job_id))
             if row is not None:
                 row.idle_seconds = int(idle_seconds)
+
+    def record_gpu_sample(self, job_id, busy_gpus, mean_utilization):
+        """One sample of a session's GPUs (``spawners.gpu_use``): the running
+        mean utilisation and the most GPUs busy at once. False when the
+        session's job is not in the store."""
+        with self.Session.begin() as db:
+            row = db.get(SessionJob, str(job_id))
+            if row is None:
+                return False
+            n = row.gpu_samples or 0
+            row.gpu_busy = ((row.gpu_busy or 0.0) * n + float(mean_utilization)) / (n + 1)
+            row.gpu_samples = n + 1
+            row.gpus_used = max(row.gpus_used or 0, int(busy_gpus))
+        return True
+
+    def session_gpu_use(self, job_ids=None, user=None, limit=5):
+        """The sampled GPU use of sessions that held GPUs: those of ``job_ids``
+        (``{job id: dict}``), or ``user``'s latest ``limit`` with samples,
+        newest first (a list)."""
+        with self.Session() as db:
+            if job_ids is not None:
+                ids = {str(j) for j in job_ids}
+                query = select(SessionJob).where(SessionJob.job_id.in_(ids))
+                return {r.job_id: r.gpu_use() for r in db.scalars(query)}
+            query = (
+                select(SessionJob)
+                .where(SessionJob.user == user, SessionJob.gpus > 0, SessionJob.gpu_samples > 0)
+                .order_by(SessionJob.submitted_at.desc(), SessionJob.job_id.desc())
+                .limit(limit)
+            )
+            return [r.gpu_use() for r in db.scalars(query)]
 
     def job_profiles(self, job_ids):
         """``{job id: (profile, idle seconds)}`` of sessions and notebook jobs

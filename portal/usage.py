@@ -9,8 +9,11 @@ notebook jobs, that ran in the period): GPU-hours held (the allocation's
 to start). From the portal's store: each job's profile (the sessions' and
 the notebook jobs' records), the hours sessions idled before the culler
 stopped them. GPU busy share where NVML data exists (a notebook job's
-runner's samples, read as its user); ``None`` otherwise, which the report
-says as "no GPU data", never as 0.
+runner's samples, read as its user; a session's, the hub's samples of its
+NVML figures, ``spawners.gpu_use``, with the most GPUs busy at once as
+``gpus_used``); ``None`` otherwise, which the report says as "no GPU data",
+never as 0. ``slice_advice``: the plain sentence of a user's last sessions'
+GPU use, for their report and their session card.
 """
 
 import statistics
@@ -214,8 +217,44 @@ def job_json(r):
         "start": r.start.isoformat() if r.start else None,
         "cpu_efficiency": round(r.cpu_seconds / (r.cpus * r.elapsed), 3)
         if r.cpus and r.elapsed else None,
-        "gpu_busy": r.gpu_busy,
+        "gpu_busy": r.gpu_busy, "gpus_used": r.extra.get("gpus_used"),
     }  # fmt: skip
+
+
+def slice_advice(sessions):
+    """What a user's latest sessions (``ProfileStore.session_gpu_use``, newest
+    first, those with the hub's GPU samples) say of their slices: a plain
+    sentence when every one of them used fewer GPUs than it held, else "".
+
+    >>> s = lambda held, used: {"gpus": held, "gpus_used": used, "gpu_samples": 3}
+    >>> slice_advice([s(4, 1)] * 5)
+    'Your last 5 sessions used 1 of their 4 GPUs: fewer would start sooner.'
+    >>> slice_advice([s(4, 1), s(2, 0)])
+    'Your last 2 sessions used at most 1 of their 2 to 4 GPUs: fewer would start sooner.'
+    >>> slice_advice([s(1, 0)])
+    'Your last session used none of its GPU: fewer would start sooner.'
+    >>> slice_advice([s(4, 1), s(4, 4)]), slice_advice([])
+    ('', '')
+    """
+    sessions = [s for s in sessions if s.get("gpu_samples") and s.get("gpus")]
+    if not sessions or any((s["gpus_used"] or 0) >= s["gpus"] for s in sessions):
+        return ""
+    used = [s["gpus_used"] or 0 for s in sessions]
+    held = sorted({s["gpus"] for s in sessions})
+    n = len(sessions)
+    if n == 1:
+        whose, plural = "Your last session", "its"
+    else:
+        whose, plural = f"Your last {n} sessions", "their"
+    held_text = f"{held[0]}" if len(held) == 1 else f"{held[0]} to {held[-1]}"
+    gpus_word = "GPU" if held == [1] else "GPUs"
+    if max(used) == 0:
+        what = f"used none of {plural} {gpus_word}"
+    elif len(set(used)) == 1 and len(held) == 1:
+        what = f"used {used[0]} of {plural} {held_text} {gpus_word}"
+    else:
+        what = f"used at most {max(used)} of {plural} {held_text} {gpus_word}"
+    return f"{whose} {what}: fewer would start sooner."
 
 
 def cell(value):

@@ -13,6 +13,7 @@ from portal.core.durations import describe_limit, describe_seconds, time_left
 from portal.core.timelimit import hours_left
 from portal.extend import ExtensionCheck
 from portal.slurm.model import describe_end
+from portal.usage import slice_advice
 
 from . import metrics
 
@@ -202,7 +203,20 @@ class SessionCard:
             log=self.job_log,
             extend=self._extend_info(job),
             image=self.session_image(),
-        )
+        ) | {"gpu_advice": self.gpu_advice()}
+
+    def gpu_advice(self):
+        """What the user's last sessions' sampled GPU use says of their
+        slices ("Your last 5 sessions used 1 of their 4 GPUs..."), or ""
+        (``portal.usage.slice_advice``; ``spawners.gpu_use`` samples)."""
+        store = getattr(self.profile_source, "store", None)
+        if store is None:
+            return ""
+        try:
+            return slice_advice(store.session_gpu_use(user=self.user.name))
+        except Exception as e:  # noqa: BLE001 (the card shows the rest)
+            self.log.error("The GPU use of %s's last sessions was not read: %s", self.user.name, e)
+            return ""
 
     def _extend_info(self, job):
         """The card's time limit and how many more hours the profile, as the

@@ -323,25 +323,34 @@ class SessionGPUsHandler(BaseHandler):
             self.set_status(404)
             self.finish(json.dumps({"gpus": [], "reason": f"{user_name} has no running session"}))
             return
-        url = url_path_join(spawner.server.url, "portal/api/gpus")
-        try:
-            # the session's own answer only: no redirect followed (the user's
-            # server could send the hub anywhere), a small body
-            r = await _relay_client().fetch(
-                url,
-                headers={"Authorization": f"token {spawner.api_token}"},
-                request_timeout=GPUS_TIMEOUT,
-                follow_redirects=False,
-                raise_error=False,
-                ssl_options=hub_client_context(self.settings),  # internal_ssl
-            )
-            data = json.loads(r.body) if r.code == 200 else None
-        except (OSError, HTTPClientError, ValueError, RecursionError) as e:
-            self.log.warning("GPU figures of %s's session: %s", user_name, e)
-            data = None
-        self.finish(json.dumps(gpu_figures(data)))
+        self.finish(json.dumps(await session_gpus(spawner, hub_client_context(self.settings))))
 
 
+async def session_gpus(spawner, ssl_options):
+    """A running session's answer of its GPU figures (``/user/NAME/portal/api/gpus``,
+    asked with its server's own token), as ``gpu_figures`` keeps it. The
+    session's own report, which its owner could change: for the card and the
+    usage report (``spawners.gpu_use``), never for a decision about others."""
+    url = url_path_join(spawner.server.url, "portal/api/gpus")
+    try:
+        # the session's own answer only: no redirect followed (the user's
+        # server could send the hub anywhere), a small body
+        r = await _relay_client().fetch(
+            url,
+            headers={"Authorization": f"token {spawner.api_token}"},
+            request_timeout=GPUS_TIMEOUT,
+            follow_redirects=False,
+            raise_error=False,
+            ssl_options=ssl_options,  # internal_ssl
+        )
+        data = json.loads(r.body) if r.code == 200 else None
+    except (OSError, HTTPClientError, ValueError, RecursionError) as e:
+        spawner.log.warning("GPU figures of %s's session: %s", spawner.user.name, e)
+        data = None
+    return gpu_figures(data)
+
+
+UNANSWERED = "the session did not answer with its GPU figures"
 GPU_KEYS = {"index", "uuid", "name", "utilization", "memory_used_mb", "memory_total_mb"}
 MAX_GPUS = 64
 MAX_RELAY_BYTES = 64 * 1024
@@ -360,7 +369,7 @@ def gpu_figures(data):
     >>> gpu_figures("junk")["gpus"]
     []
     """
-    unanswered = {"gpus": [], "reason": "the session did not answer with its GPU figures"}
+    unanswered = {"gpus": [], "reason": UNANSWERED}
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
         return unanswered
     gpus = []

@@ -421,7 +421,7 @@ def configure_culling(c, settings):
 
 def configure_spawner(c, settings):
     from portal.notebookjobs import NotebookJobs
-    from spawners import jupyterhub_patches, metrics
+    from spawners import gpu_use, jupyterhub_patches, metrics
     from spawners.job_notices import JobNotices, hub_lookup_mail
     from spawners.poller import SlurmPoller
 
@@ -441,9 +441,12 @@ def configure_spawner(c, settings):
         notebook_jobs, notices, site_settings.public_url(settings) + "hub/", hub_lookup_mail
     )
     when_the_hub_runs(job_notices.start)
+    sampler = gpu_use.install(active_spawners, profiles.store, settings)
+    when_the_hub_runs(sampler.start)
     metrics.install(
-        active_spawners, SlurmPoller.instance(slurm["job_name"]), job_notices, profiles.store
-    )
+        active_spawners, SlurmPoller.instance(slurm["job_name"]), job_notices, profiles.store,
+        sampler,
+    )  # fmt: skip
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))

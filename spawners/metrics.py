@@ -11,6 +11,8 @@ Counted as they happen, in the hub:
 - ``portal_refused_requests_total{reason}``: requests refused before
   anything was submitted (``options``, ``qos``, ``sessions``, ``image``,
   ``notebook_job``);
+- ``portal_gpu_samples_total{result}``: the hub's asks of the sessions'
+  GPU use (``spawners.gpu_use``): ``sampled``, ``no_gpu_data``, ``no_answer``;
 - ``portal_idle_culls_total{profile}``: sessions the idle culler stopped;
 - ``portal_slurm_command_seconds{command}`` and
   ``portal_slurm_command_errors_total{command}``: every Slurm command the
@@ -22,6 +24,9 @@ Read at each scrape (``PortalCollector``):
 - ``portal_notebook_jobs{state,profile}``: notebook jobs not ended, as the
   jobs' notices last saw them (every 15 s);
 - ``portal_gpus_held{kind}``: GPUs held by running sessions and notebook jobs;
+- ``portal_gpus_busy{kind="session"}``: GPUs of running sessions busy in
+  the hub's latest samples of their NVML figures (``spawners.gpu_use``;
+  sessions without a driver's figures count as none);
 - ``portal_poll_age_seconds``: since the shared poll's last good squeue;
 - ``portal_extensions_total``: extensions of sessions, the store's audit
   (the hub's and the admin service's alike).
@@ -58,6 +63,10 @@ REFUSED = Counter(
     ["reason"],
 )  # fmt: skip
 IDLE_CULLS = Counter("portal_idle_culls", "Sessions the idle culler stopped", ["profile"])
+GPU_SAMPLES = Counter(
+    "portal_gpu_samples", "The hub's asks of sessions' GPU use (spawners.gpu_use), by result: "
+    "sampled, no_gpu_data (no driver or no utilisation), no_answer", ["result"],
+)  # fmt: skip
 SLURM_SECONDS = Histogram(
     "portal_slurm_command_seconds", "Slurm commands the hub ran, by command", ["command"],
     buckets=COMMAND_BUCKETS,
@@ -95,11 +104,12 @@ class PortalCollector:
     """The series read at each scrape, from the hub's memory and the store
     (no Slurm query: the shared poll's and the jobs' notices' last view)."""
 
-    def __init__(self, spawners, poller, job_notices, store):
+    def __init__(self, spawners, poller, job_notices, store, gpu_use=None):
         self.spawners = spawners  # () -> every active spawner of the hub
         self.poller = poller
         self.job_notices = job_notices
         self.store = store
+        self.gpu_use = gpu_use  # spawners.gpu_use.GPUUse
 
     def describe(self):
         """The families' names alone: prometheus_client registers a collector
@@ -107,6 +117,7 @@ class PortalCollector:
         for name, kind in (("portal_sessions", GaugeMetricFamily),
                            ("portal_notebook_jobs", GaugeMetricFamily),
                            ("portal_gpus_held", GaugeMetricFamily),
+                           ("portal_gpus_busy", GaugeMetricFamily),
                            ("portal_poll_age_seconds", GaugeMetricFamily),
                            ("portal_extensions", CounterMetricFamily)):  # fmt: skip
             yield kind(name, "")
@@ -139,6 +150,12 @@ class PortalCollector:
         for (state, profile), n in sorted(seen.get("counts", {}).items()):
             jobs.add_metric([state.lower(), profile], n)
         gpus.add_metric(["notebook_job"], seen.get("gpus", 0))
+        busy = GaugeMetricFamily(
+            "portal_gpus_busy",
+            "GPUs busy (utilisation above [culling] gpu_busy_percent) in the latest samples",
+            labels=["kind"],
+        )
+        busy.add_metric(["session"], self.gpu_use.busy_now() if self.gpu_use else 0)
         age = GaugeMetricFamily(
             "portal_poll_age_seconds", "Seconds since the shared poll's last good squeue"
         )
@@ -152,21 +169,21 @@ class PortalCollector:
             extensions.add_metric([], self.store.extension_count())
         except Exception as e:  # noqa: BLE001 (the other series still go out)
             log.warning("The extensions' count could not be read: %s", e)
-        yield from (sessions, jobs, gpus, age, extensions)
+        yield from (sessions, jobs, gpus, busy, age, extensions)
 
 
 _collector = None  # the one registered in this process
 
 
-def install(spawners, poller, job_notices, store):
+def install(spawners, poller, job_notices, store, gpu_use=None):
     """Observe Slurm's commands and register the collector (once a process:
     a second configuration gives the same collector its new sources)."""
     global _collector
     if observe_command not in slurm.OBSERVERS:
         slurm.OBSERVERS.append(observe_command)
     if _collector is None:
-        _collector = PortalCollector(spawners, poller, job_notices, store)
+        _collector = PortalCollector(spawners, poller, job_notices, store, gpu_use)
         REGISTRY.register(_collector)
     else:
-        _collector.__init__(spawners, poller, job_notices, store)
+        _collector.__init__(spawners, poller, job_notices, store, gpu_use)
     return _collector

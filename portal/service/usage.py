@@ -59,14 +59,24 @@ class UsageMixin:
         if not self.is_admin:
             rows = [r for r in rows if r.user == name]
         known = self.store.job_profiles([r.job_id for r in rows])
+        sampled = self.store.session_gpu_use(
+            job_ids=[r.job_id for r in rows if r.kind == "session"]
+        )
         reads = 0
         for row in rows:
             row.profile, row.idle_seconds = known.get(row.job_id, ("", 0))
+            use = sampled.get(row.job_id)
+            if use and use["gpu_samples"]:  # the hub's samples (spawners.gpu_use)
+                row.gpu_busy = round(use["gpu_busy"], 1)
+                row.extra["gpus_used"] = use["gpus_used"]
             if row.kind != "session" and row.start and reads < MAX_BUSY_READS:
                 reads += 1
                 row.gpu_busy = await self.gpu_busy(jobs, row)
         portal = tuple(portal_groups(self.settings["site_settings"]))
-        return usage.summary(rows, since, until, lambda user: groups_of(user, portal))
+        report = usage.summary(rows, since, until, lambda user: groups_of(user, portal))
+        # the viewer's own last sessions, whatever the period
+        report["advice"] = usage.slice_advice(self.store.session_gpu_use(user=name))
+        return report
 
     async def gpu_busy(self, jobs, row):
         """A notebook job's mean GPU busy share from its runner's samples, or None."""

@@ -35,12 +35,20 @@ login_lockout_seconds = 10.0
 login_failure_delay_seconds = 0.2
 """
 
+# The hub's samples of the sessions' GPU use, every few seconds.
+GPU_SAMPLE_SECONDS = 2.0
+GPU_SAMPLES = f"""
+[metrics]
+gpu_sample_seconds = {GPU_SAMPLE_SECONDS}
+"""
+
 TEST_SETTINGS = (
     hub_settings(PORT, STATE, JOB_NAME)
     + f"""poll_interval = {POLL_INTERVAL}
 cluster_interval = {POLL_INTERVAL}
 """
     + LOGIN_THROTTLE
+    + GPU_SAMPLES
     + PYTORCH_PROFILE
     + """
 [[profiles]]

@@ -1,0 +1,158 @@
+"""The sessions' GPU use, sampled by the hub (issue 28).
+
+Every ``interval`` seconds (``[metrics] gpu_sample_seconds``) the hub asks
+each running session that holds GPUs for its own GPUs' figures, as the
+card's relay does (``spawners.handlers.session_gpus``: the session's NVML
+reader, ``/user/NAME/portal/api/gpus``, with its server's own token). A GPU
+is busy above ``[culling] gpu_busy_percent``, the activity rule's
+threshold. Each sample goes to the store's record of the session's job
+(``ProfileStore.record_gpu_sample``: the number of samples, their mean
+utilisation, the most GPUs busy at once), so a hub restart loses none; the
+latest count of busy GPUs per session stays in memory for
+``portal_gpus_busy`` (``spawners.metrics``).
+
+A session whose node has no NVIDIA driver (this cluster's fake GPUs) answers
+with no GPU and a reason: it gets no sample, and the usage report says "no
+GPU data" for it, never 0. The figures are the session's own report, which
+its owner could change: they feed the report, the metrics and the card's
+advice (``portal.usage.slice_advice``), never a decision about anyone else.
+A multi-node session is read on its server's node.
+"""
+
+import asyncio
+import logging
+import time
+
+from . import metrics
+from .handlers import UNANSWERED, session_gpus
+
+log = logging.getLogger("portal.gpu_use")
+
+CONCURRENT = 10  # sessions asked at once
+
+
+def sample_of(figures, threshold, held):
+    """``(busy GPUs, mean utilisation)`` of a session's answer, or None when
+    it reports no GPU with a utilisation (no driver, MIG, no answer). At most
+    ``held`` GPUs count: the session's job's.
+
+    >>> sample_of({"gpus": [{"utilization": 90}, {"utilization": 2}]}, 10, 2)
+    (1, 46.0)
+    >>> sample_of({"gpus": [{"utilization": 90}] * 3}, 10, 2)
+    (2, 90.0)
+    >>> sample_of({"gpus": [], "reason": "no driver"}, 10, 1), sample_of({"gpus": [{}]}, 10, 1)
+    (None, None)
+    >>> sample_of({"gpus": [{"utilization": True}, {"utilization": 400}]}, 10, 2)
+    """
+    known = []
+    for gpu in figures.get("gpus", [])[:held]:
+        value = gpu.get("utilization")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if 0 <= value <= 100:
+            known.append(float(value))
+    if not known:
+        return None
+    return sum(1 for u in known if u > threshold), round(sum(known) / len(known), 1)
+
+
+class GPUUse:
+    def __init__(self, spawners, store, fetch, threshold, interval):
+        self.spawners = spawners  # () -> the hub's active spawners
+        self.store = store  # portal.store.ProfileStore
+        self.fetch = fetch  # async (spawner) -> the session's figures
+        self.threshold = threshold
+        self.interval = interval
+        self.latest = {}  # job id -> (monotonic time, busy GPUs)
+        self.told = set()  # job ids whose lack of GPU data was logged
+        self._task = None
+
+    def start(self):
+        if self.interval > 0 and (self._task is None or self._task.done()):
+            self._task = asyncio.ensure_future(self.run())
+
+    async def run(self):
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.sample()
+            except Exception:
+                log.exception("Sampling the sessions' GPU use failed; it goes on")
+
+    def sampled(self):
+        """The spawners to ask: running, with a job and GPUs on their node."""
+        out = []
+        for spawner in self.spawners():
+            job_slice = getattr(spawner, "job_slice", None)
+            if (
+                getattr(spawner, "job_id", "")
+                and job_slice is not None
+                and job_slice.gpus > 0
+                and spawner.ready
+                and spawner.server
+            ):
+                out.append(spawner)
+        return out
+
+    async def sample(self):
+        """One round: every running session with GPUs asked once."""
+        spawners = self.sampled()
+        limit = asyncio.Semaphore(CONCURRENT)
+
+        async def one(spawner):
+            async with limit:
+                figures = await self.fetch(spawner)
+            sample = sample_of(figures, self.threshold, spawner.job_slice.gpus)
+            job_id = spawner.job_id
+            if sample is None:
+                reason = figures.get("reason") or "no utilisation"
+                metrics.GPU_SAMPLES.labels(
+                    "no_answer" if reason == UNANSWERED else "no_gpu_data"
+                ).inc()
+                if job_id not in self.told:
+                    self.told.add(job_id)
+                    spawner.log.info("No GPU sample of job %s (%s's session): %s", job_id,
+                             spawner.user.name, reason)  # fmt: skip
+                return
+            metrics.GPU_SAMPLES.labels("sampled").inc()
+            busy, mean = sample
+            self.latest[job_id] = (time.monotonic(), busy)
+            try:
+                await asyncio.to_thread(self.store.record_gpu_sample, job_id, busy, mean)
+            except Exception as e:  # noqa: BLE001 (the metrics keep the sample)
+                log.error("The GPU sample of job %s was not stored: %s", job_id, e)
+
+        await asyncio.gather(*(one(s) for s in spawners))
+        running = {s.job_id for s in spawners}
+        for job_id in [j for j in self.latest if j not in running]:
+            del self.latest[job_id]
+        self.told &= running
+
+    def busy_now(self):
+        """GPUs busy in the sessions' latest samples (those of the last two
+        rounds), for ``portal_gpus_busy``."""
+        fresh = time.monotonic() - 2.5 * max(self.interval, 1)
+        return sum(busy for when, busy in self.latest.values() if when >= fresh)
+
+
+_instance = None
+
+
+def install(spawners, store, settings):
+    """The hub's sampler, started with its event loop (``hub_config``)."""
+    from jupyterhub.app import JupyterHub
+
+    from spawners.internal_tls import hub_client_context
+
+    async def fetch(spawner):
+        app = JupyterHub.instance()
+        return await session_gpus(spawner, hub_client_context(app.tornado_settings))
+
+    global _instance
+    threshold = float(settings["culling"]["gpu_busy_percent"])
+    interval = float(settings["metrics"]["gpu_sample_seconds"])
+    if _instance is None:
+        _instance = GPUUse(spawners, store, fetch, threshold, interval)
+    else:
+        _instance.__init__(spawners, store, fetch, threshold, interval)
+    return _instance
