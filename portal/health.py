@@ -16,6 +16,12 @@ Parts, each ``ok`` with what it saw or down with why:
   intervals (the cluster snapshot's age);
 - ``nodes``: each node's state, as that poll saw it; down when no node of a
   partition can run anything;
+- ``proxy routes``: the hub's last comparison of the proxy's routes with
+  its running sessions (``spawners.route_check``, in ``[hub]
+  state_dir/proxy-routes.json``): down when a running session has no route
+  or a route leads to no running session (in two checks in a row), when the
+  proxy's table could not be read, or when the hub has not checked within
+  three of its intervals;
 - ``free GPUs``: per partition (information: a full cluster is not down);
 - ``disk``: free space where the hub keeps its state (down under 1 GB).
 
@@ -140,6 +146,34 @@ def poll_parts(settings, now=None):
     return [poll, nodes, Part("free GPUs", True, ", ".join(free) or "none", critical=False)]
 
 
+ROUTES_FILE = "proxy-routes.json"  # spawners.route_check's
+
+
+def proxy_routes(settings, now=None):
+    """The hub's last check of the proxy's routes (counts only)."""
+    path = Path(settings["hub"]["state_dir"]) / ROUTES_FILE
+    try:
+        seen = json.loads(path.read_text())
+        checked = datetime.fromisoformat(seen["checked_at"])
+        limit = 3 * max(float(seen["interval"]), 1.0)
+    except FileNotFoundError:
+        return Part("proxy routes", False, "the hub has not checked them yet")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return Part("proxy routes", False, f"{path}: {e}")
+    age = ((now or datetime.now(checked.tzinfo)) - checked).total_seconds()
+    if age > limit:
+        return Part("proxy routes", False, f"the hub's last check is {age:.0f} s old "
+                                           f"(at most {limit:.0f})")  # fmt: skip
+    if seen.get("error"):
+        return Part("proxy routes", False, str(seen["error"])[:300])
+    missing, stale = int(seen.get("missing", 0)), int(seen.get("stale", 0))
+    detail = (
+        f"{seen.get('sessions', 0)} running session(s), {missing} without a route, "
+        f"{stale} route(s) to no running session; checked {age:.0f} s ago"
+    )
+    return Part("proxy routes", not missing and not stale, detail)
+
+
 def disk(settings):
     state = settings["hub"]["state_dir"]
     try:
@@ -168,6 +202,7 @@ async def check(settings=None):
         parts += poll_parts(settings)
     except Exception as e:  # noqa: BLE001 (a snapshot no parser expected)
         parts.append(Part("shared poll", False, f"{type(e).__name__}: {str(e)[:200]}"))
+    parts.append(proxy_routes(settings))
     parts.append(disk(settings))
     down = [p.name for p in parts if not p.ok and p.critical]
     return {

@@ -421,7 +421,7 @@ def configure_culling(c, settings):
 
 def configure_spawner(c, settings):
     from portal.notebookjobs import NotebookJobs
-    from spawners import gpu_use, jupyterhub_patches, metrics
+    from spawners import gpu_use, jupyterhub_patches, metrics, route_check
     from spawners.job_notices import JobNotices, hub_lookup_mail
     from spawners.poller import SlurmPoller
 
@@ -443,9 +443,11 @@ def configure_spawner(c, settings):
     when_the_hub_runs(job_notices.start)
     sampler = gpu_use.install(active_spawners, profiles.store, settings)
     when_the_hub_runs(sampler.start)
+    routes = route_check.install(settings)
+    when_the_hub_runs(routes.start)
     metrics.install(
         active_spawners, SlurmPoller.instance(slurm["job_name"]), job_notices, profiles.store,
-        sampler,
+        sampler, routes,
     )  # fmt: skip
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]

@@ -27,6 +27,8 @@ Read at each scrape (``PortalCollector``):
 - ``portal_gpus_busy{kind="session"}``: GPUs of running sessions busy in
   the hub's latest samples of their NVML figures (``spawners.gpu_use``;
   sessions without a driver's figures count as none);
+- ``portal_proxy_routes{state}``: ``missing`` and ``stale`` routes of the
+  hub's last check (``spawners.route_check``);
 - ``portal_poll_age_seconds``: since the shared poll's last good squeue;
 - ``portal_extensions_total``: extensions of sessions, the store's audit
   (the hub's and the admin service's alike).
@@ -104,12 +106,13 @@ class PortalCollector:
     """The series read at each scrape, from the hub's memory and the store
     (no Slurm query: the shared poll's and the jobs' notices' last view)."""
 
-    def __init__(self, spawners, poller, job_notices, store, gpu_use=None):
+    def __init__(self, spawners, poller, job_notices, store, gpu_use=None, routes=None):
         self.spawners = spawners  # () -> every active spawner of the hub
         self.poller = poller
         self.job_notices = job_notices
         self.store = store
         self.gpu_use = gpu_use  # spawners.gpu_use.GPUUse
+        self.routes = routes  # spawners.route_check.RouteCheck
 
     def describe(self):
         """The families' names alone: prometheus_client registers a collector
@@ -118,6 +121,7 @@ class PortalCollector:
                            ("portal_notebook_jobs", GaugeMetricFamily),
                            ("portal_gpus_held", GaugeMetricFamily),
                            ("portal_gpus_busy", GaugeMetricFamily),
+                           ("portal_proxy_routes", GaugeMetricFamily),
                            ("portal_poll_age_seconds", GaugeMetricFamily),
                            ("portal_extensions", CounterMetricFamily)):  # fmt: skip
             yield kind(name, "")
@@ -169,21 +173,31 @@ class PortalCollector:
             extensions.add_metric([], self.store.extension_count())
         except Exception as e:  # noqa: BLE001 (the other series still go out)
             log.warning("The extensions' count could not be read: %s", e)
-        yield from (sessions, jobs, gpus, busy, age, extensions)
+        routes = GaugeMetricFamily(
+            "portal_proxy_routes",
+            "The proxy's routes against the running sessions, in two checks in a row: "
+            "missing (a running session without one), stale (one to no running session)",
+            labels=["state"],
+        )
+        last = self.routes.last if self.routes else None
+        if last and "missing" in last:
+            routes.add_metric(["missing"], last["missing"])
+            routes.add_metric(["stale"], last["stale"])
+        yield from (sessions, jobs, gpus, busy, age, extensions, routes)
 
 
 _collector = None  # the one registered in this process
 
 
-def install(spawners, poller, job_notices, store, gpu_use=None):
+def install(spawners, poller, job_notices, store, gpu_use=None, routes=None):
     """Observe Slurm's commands and register the collector (once a process:
     a second configuration gives the same collector its new sources)."""
     global _collector
     if observe_command not in slurm.OBSERVERS:
         slurm.OBSERVERS.append(observe_command)
     if _collector is None:
-        _collector = PortalCollector(spawners, poller, job_notices, store, gpu_use)
+        _collector = PortalCollector(spawners, poller, job_notices, store, gpu_use, routes)
         REGISTRY.register(_collector)
     else:
-        _collector.__init__(spawners, poller, job_notices, store, gpu_use)
+        _collector.__init__(spawners, poller, job_notices, store, gpu_use, routes)
     return _collector

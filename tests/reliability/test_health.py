@@ -2,7 +2,9 @@
 ``make health`` (``python -m portal.health``) exits 0 with everything up;
 with slurmctld stopped it exits 1 naming slurmctld, and the service's
 ``/services/portal/health`` answers 503 naming it, as JSON and as a page;
-started again, both are up again."""
+started again, both are up again. A running session whose route the proxy
+lost (deleted through the proxy's API) makes both name the proxy's routes
+until the route is back."""
 
 import subprocess
 import sys
@@ -13,6 +15,8 @@ import requests
 from portal.service.health import FRESH_SECONDS
 from tests.support import REPO
 from tests.support.hubsettings import CA_CERT
+from tests.support.internaltls import proxy_api, proxy_call
+from tests.support.testhub import ROUTE_CHECK_SECONDS
 
 
 def make_health(hub_env):
@@ -37,7 +41,8 @@ def wait_up(hub_env, timeout=90):
 
 def test_health_names_slurmctld_while_it_is_down(hub, hub_env, slurmctld_down):
     status, said = wait_up(hub_env)
-    for part in ("login page", "ldap", "slurmctld", "slurmdbd", "shared poll", "nodes", "disk"):
+    for part in ("login page", "ldap", "slurmctld", "slurmdbd", "shared poll", "nodes",
+                 "proxy routes", "disk"):  # fmt: skip
         assert f"ok   {part}: " in said, said
     assert "free GPUs: gpu " in said and said.rstrip().splitlines()[-1].startswith("portal: up")
     r = endpoint(hub, format="json")
@@ -57,3 +62,29 @@ def test_health_names_slurmctld_while_it_is_down(hub, hub_env, slurmctld_down):
     status, said = wait_up(hub_env)
     time.sleep(FRESH_SECONDS + 1)
     assert endpoint(hub, format="json").status_code == 200
+
+
+def test_health_names_the_proxy_routes_while_a_running_session_has_none(hub, hub_env, session):
+    session("alice", profile="pytorch", gpus=1)
+    seen = "ok   proxy routes: 1 running session(s), 0 without a route"
+    deadline = time.monotonic() + 10 * ROUTE_CHECK_SECONDS + 30
+    while seen not in (said := wait_up(hub_env)[1]):  # the hub's next check has it
+        assert time.monotonic() < deadline, said
+        time.sleep(1)
+    [(spec, route)] = [(s, r) for s, r in proxy_api().json().items() if r.get("user") == "alice"]
+    proxy_call("DELETE", spec)  # the proxy lost it (a restart without its routes, say)
+    try:
+        deadline = time.monotonic() + 10 * ROUTE_CHECK_SECONDS + 30
+        while (result := make_health(hub_env))[0] == 0:
+            assert time.monotonic() < deadline, result[1]
+            time.sleep(1)
+        status, said = result
+        assert "FAIL proxy routes: 1 running session(s), 1 without a route" in said, said
+        assert "alice" not in said  # served without a login: counts only
+        time.sleep(FRESH_SECONDS + 1)
+        r = endpoint(hub, format="json")
+        assert r.status_code == 503 and r.json()["down"] == ["proxy routes"], r.text
+    finally:
+        if spec not in proxy_api().json():  # JupyterHub's own check may have put it back
+            proxy_call("POST", spec, json=route)
+    wait_up(hub_env)

@@ -28,6 +28,17 @@ def proxy_api(token=None, cert=HUB_CERT, timeout=10):
     return requests.get(PROXY_API, headers=headers, cert=cert, verify=HUB_TRUST, timeout=timeout)
 
 
+def proxy_call(method, routespec, **kwargs):
+    """``METHOD /api/routes/ROUTESPEC`` of the test hub's proxy, as the hub asks it."""
+    token = (STATE / "proxy_token").read_text().strip()
+    tls = {"cert": HUB_CERT, "verify": HUB_TRUST} if INTERNAL_TLS else {}
+    url = PROXY_API + "/" + routespec.lstrip("/")
+    headers = {"Authorization": f"token {token}"}
+    r = requests.request(method, url, headers=headers, timeout=10, **tls, **kwargs)
+    r.raise_for_status()
+    return r
+
+
 def proxy_routes():
     """The proxy's routing table as the proxy itself tells it: ``{path: target}``."""
     r = proxy_api()

@@ -35,11 +35,14 @@ login_lockout_seconds = 10.0
 login_failure_delay_seconds = 0.2
 """
 
-# The hub's samples of the sessions' GPU use, every few seconds.
+# The hub's samples of the sessions' GPU use and its check of the proxy's
+# routes, every few seconds.
 GPU_SAMPLE_SECONDS = 2.0
+ROUTE_CHECK_SECONDS = 2.0
 GPU_SAMPLES = f"""
 [metrics]
 gpu_sample_seconds = {GPU_SAMPLE_SECONDS}
+route_check_seconds = {ROUTE_CHECK_SECONDS}
 """
 
 TEST_SETTINGS = (
