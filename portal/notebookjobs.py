@@ -192,8 +192,16 @@ class NotebookJobs:
         )
 
     async def submit(self, username, request, actor, rerun_of=None):
-        """Check ``request`` and submit it as ``username``: the job's dict."""
-        checked = await self.check(username, request)
+        """Check ``request`` and submit it as ``username``: the job's dict. A
+        refused request is counted (``portal_refused_requests_total``)."""
+        try:
+            checked = await self.check(username, request)
+        except FieldError:
+            try:
+                self.store.count_refusal("notebook_job")
+            except Exception as e:  # noqa: BLE001 (the refusal itself stands)
+                log.warning("A refused notebook job was not counted: %s", e)
+            raise
         job_slice, tasks = checked["slice"], checked["tasks"]
         argv = slurm.sbatch_argv(
             job_slice, job_name=self.job_name, chdir=checked["entry"].pw_dir,

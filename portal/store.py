@@ -43,7 +43,9 @@ from sqlalchemy import (
     false,
     func,
     select,
+    update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from portal.core.durations import slurm_time
@@ -250,6 +252,15 @@ class SessionJob(Base):
             "gpu_samples": self.gpu_samples, "gpu_busy": self.gpu_busy,
             "gpus_used": self.gpus_used,
         }  # fmt: skip
+
+
+class Refusal(Base):
+    """Requests refused before anything was submitted, by reason (the hub's
+    and the admin service's: ``portal_refused_requests_total``)."""
+
+    __tablename__ = "portal_refusals"
+    reason = Column(String(32), primary_key=True)
+    count = Column(Integer, nullable=False, default=0, server_default="0")
 
 
 class Meta(Base):
@@ -462,6 +473,30 @@ class ProfileStore:
             )
             db.add(row)
         return row.to_dict()
+
+    def count_refusal(self, reason):
+        """One more request refused for ``reason`` (one statement: the hub and
+        the service count at once without losing one)."""
+        reason = str(reason)[:32]
+        for _ in range(3):
+            with self.Session.begin() as db:
+                done = db.execute(
+                    update(Refusal).where(Refusal.reason == reason)
+                    .values(count=Refusal.count + 1)
+                ).rowcount  # fmt: skip
+                if done:
+                    return
+            try:
+                with self.Session.begin() as db:
+                    db.add(Refusal(reason=reason, count=1))
+                return
+            except IntegrityError:  # the other process made the row meanwhile
+                continue
+
+    def refusal_counts(self):
+        """``{reason: requests refused}``, every one, ever."""
+        with self.Session() as db:
+            return {r.reason: r.count for r in db.scalars(select(Refusal))}
 
     def extension_count(self):
         """How many extensions the audit holds (every one, ever)."""

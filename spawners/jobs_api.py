@@ -57,7 +57,6 @@ class NotebookJobsHandler(APIHandler):
         self.finish(json.dumps(data, allow_nan=False))
 
     def refuse(self, error):
-        metrics.refused("notebook_job")
         self.send({"error": str(error), "field": error.field}, 400)
 
     def record(self, job_id):
@@ -80,6 +79,7 @@ class JobsHandler(NotebookJobsHandler):
         try:
             body = json.loads(self.request.body or b"{}", parse_constant=no_constant)
         except (ValueError, RecursionError) as e:
+            metrics.refused("notebook_job")  # a refused submission (submit counts the rest)
             return self.refuse(FieldError(f"The request body is not JSON: {str(e)[:80]}"))
         try:
             record = await self.jobs.submit(name, body, name)

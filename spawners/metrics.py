@@ -10,7 +10,8 @@ Counted as they happen, in the hub:
 - ``portal_queue_wait_seconds{profile}``: its sbatch to Slurm running it;
 - ``portal_refused_requests_total{reason}``: requests refused before
   anything was submitted (``options``, ``qos``, ``sessions``, ``image``,
-  ``notebook_job``);
+  ``notebook_job``), counted in the store (``refused``) by the hub and the
+  admin service alike, read at each scrape;
 - ``portal_gpu_samples_total{result}``: the hub's asks of the sessions'
   GPU use (``spawners.gpu_use``): ``sampled``, ``no_gpu_data``, ``no_answer``;
 - ``portal_idle_culls_total{profile}``: sessions the idle culler stopped;
@@ -60,10 +61,6 @@ QUEUE_WAIT = Histogram(
     "A session's sbatch to Slurm running its job, by profile",
     ["profile"], buckets=SPAWN_BUCKETS,
 )  # fmt: skip
-REFUSED = Counter(
-    "portal_refused_requests", "Requests refused before anything was submitted, by reason",
-    ["reason"],
-)  # fmt: skip
 IDLE_CULLS = Counter("portal_idle_culls", "Sessions the idle culler stopped", ["profile"])
 GPU_SAMPLES = Counter(
     "portal_gpu_samples", "The hub's asks of sessions' GPU use (spawners.gpu_use), by result: "
@@ -99,7 +96,15 @@ def observe_spawn(spawner):
 
 
 def refused(reason):
-    REFUSED.labels(reason).inc()
+    """A request refused before anything was submitted, counted in the store
+    (``portal_refused_requests_total``: the hub's and the service's alike)."""
+    store = _collector.store if _collector is not None else None
+    if store is None:
+        return
+    try:
+        store.count_refusal(reason)
+    except Exception as e:  # noqa: BLE001 (the refusal itself stands)
+        log.warning("A refusal (%s) was not counted: %s", reason, e)
 
 
 class PortalCollector:
@@ -123,7 +128,8 @@ class PortalCollector:
                            ("portal_gpus_busy", GaugeMetricFamily),
                            ("portal_proxy_routes", GaugeMetricFamily),
                            ("portal_poll_age_seconds", GaugeMetricFamily),
-                           ("portal_extensions", CounterMetricFamily)):  # fmt: skip
+                           ("portal_extensions", CounterMetricFamily),
+                           ("portal_refused_requests", CounterMetricFamily)):  # fmt: skip
             yield kind(name, "")
 
     def collect(self):
@@ -169,10 +175,18 @@ class PortalCollector:
         extensions = CounterMetricFamily(
             "portal_extensions", "Extensions of sessions' time limits (the store's audit)"
         )
+        refusals = CounterMetricFamily(
+            "portal_refused_requests",
+            "Requests refused before anything was submitted, by reason (the hub's and the "
+            "admin service's; the store's count)",
+            labels=["reason"],
+        )
         try:
             extensions.add_metric([], self.store.extension_count())
+            for reason, n in sorted(self.store.refusal_counts().items()):
+                refusals.add_metric([reason], n)
         except Exception as e:  # noqa: BLE001 (the other series still go out)
-            log.warning("The extensions' count could not be read: %s", e)
+            log.warning("The store's counts could not be read: %s", e)
         routes = GaugeMetricFamily(
             "portal_proxy_routes",
             "The proxy's routes against the running sessions, in two checks in a row: "
@@ -183,7 +197,7 @@ class PortalCollector:
         if last and "missing" in last:
             routes.add_metric(["missing"], last["missing"])
             routes.add_metric(["stale"], last["stale"])
-        yield from (sessions, jobs, gpus, busy, age, extensions, routes)
+        yield from (sessions, jobs, gpus, busy, age, extensions, refusals, routes)
 
 
 _collector = None  # the one registered in this process

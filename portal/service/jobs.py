@@ -69,7 +69,12 @@ class JobsAPI(JobsMixin, APIHandler):
     @web.authenticated
     async def post(self):
         try:
-            record = await self.jobs.submit(self.author, self.body(), self.author)
+            body = self.body()
+        except FieldError as e:
+            self.store.count_refusal("notebook_job")  # submit counts the rest
+            return self.fail(400, e, e.field)
+        try:
+            record = await self.jobs.submit(self.author, body, self.author)
         except FieldError as e:
             return self.fail(400, e, e.field)
         self.send((await self.jobs.with_states([record]))[0], 201)
@@ -160,6 +165,7 @@ class JobsPage(JobsMixin, BaseHandler):
                     try:
                         request[key] = json.loads(data[key])
                     except ValueError:
+                        self.store.count_refusal("notebook_job")  # submit counts the rest
                         raise FieldError(f"{key}: not valid JSON", key) from None
             request["notify"] = bool(self.get_argument("notify", ""))
             data["notify"] = request["notify"]

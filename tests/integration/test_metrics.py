@@ -33,6 +33,11 @@ def series(text):
     return names
 
 
+def refusals(text, reason):
+    match = re.search(rf'^portal_refused_requests_total\{{reason="{reason}"\}} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
 def monitoring_token():
     return site_settings.metrics_token_file(site_settings.load(str(SETTINGS_FILE))).read_text()
 
@@ -55,6 +60,12 @@ def test_the_portals_series_are_served_to_admins_and_the_monitoring_token_only(p
     assert r.status_code == 400, r.text
     text = carol.session.get(carol.url("/hub/metrics"), timeout=30).text
     assert re.search(r'^portal_refused_requests_total\{reason="options"\} [1-9]', text, re.M)
+    # so is one refused by the admin service, a process of its own
+    before = refusals(text, "notebook_job")
+    r = portal("alice").send("POST", "api/jobs", json={"notebook": "../x.ipynb", "gpus": 1})
+    assert r.status_code == 400, r.text
+    text = carol.session.get(carol.url("/hub/metrics"), timeout=30).text
+    assert refusals(text, "notebook_job") == before + 1
     headers = {"Authorization": f"Bearer {monitoring_token().strip()}"}
     r = requests.get(f"{hub}/hub/metrics", headers=headers, verify=CA_CERT, timeout=30)
     assert r.status_code == 200 and series(r.text) >= names

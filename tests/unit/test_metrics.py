@@ -127,3 +127,34 @@ def test_the_monitoring_token_is_read_from_a_regular_file_of_hex_only(tmp_path):
     assert read_token(link) is None  # a link is never followed
     good.write_text("root:x:0:0:root:/root:/bin/bash\n")
     assert read_token(good) is None and read_token(tmp_path / "none") is None
+
+
+def test_refusals_are_counted_in_the_store_by_every_process_and_served_by_the_hub(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from portal.store import ProfileStore, default_url
+
+    hub_store = ProfileStore(default_url(tmp_path))
+    hub_store.upgrade()
+    service_store = ProfileStore(default_url(tmp_path))  # the admin service's own engine
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: (hub_store, service_store)[i % 2].count_refusal("notebook_job"),
+                      range(40)))  # fmt: skip
+    hub_store.count_refusal("options")
+    assert hub_store.refusal_counts() == {"notebook_job": 40, "options": 1}
+
+    poller = SimpleNamespace(job=lambda _: None, snapshot=SimpleNamespace(ok=False, started=0))
+    collector = metrics.PortalCollector(list, poller, None, hub_store)
+    text = scrape(collector)
+    assert 'portal_refused_requests_total{reason="notebook_job"} 40.0' in text
+    assert 'portal_refused_requests_total{reason="options"} 1.0' in text
+
+
+def test_a_refusal_goes_to_the_installed_collectors_store(monkeypatch):
+    counted = []
+    store = SimpleNamespace(count_refusal=counted.append)
+    monkeypatch.setattr(metrics, "_collector", SimpleNamespace(store=store))
+    metrics.refused("qos")
+    assert counted == ["qos"]
+    monkeypatch.setattr(metrics, "_collector", SimpleNamespace(store=SimpleNamespace()))
+    metrics.refused("qos")  # a store that cannot count: logged, the refusal stands
