@@ -41,21 +41,41 @@ def say(message):
     print(f"load: {message}", file=sys.stderr, flush=True)
 
 
-def pending(name, stop):
-    """Whether ``name``'s session job was seen pending before ``stop`` was set."""
-    while not stop.is_set():
-        out = subprocess.run(
-            ["squeue", "-h", "-u", name, "-t", "PENDING", "-o", "%i"],
-            capture_output=True, text=True, check=False,
+class PendingWatcher:
+    """Who of the run's users had a job pending: one ``squeue`` a second for
+    them all (not one per user, which at 100 users would be the load)."""
+
+    def __init__(self, prefix, every=1.0, squeue=None):
+        self.prefix, self.every = prefix, every
+        self.squeue = squeue or self._squeue
+        self.seen, self.stop = set(), threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    @staticmethod
+    def _squeue():
+        return subprocess.run(
+            ["squeue", "-h", "-t", "PENDING", "-o", "%u"], capture_output=True, text=True,
+            check=False,
         ).stdout  # fmt: skip
-        if out.strip():
-            return True
-        stop.wait(1)
-    return False
+
+    def run(self):
+        while True:
+            self.seen |= {u for u in self.squeue().split() if u.startswith(self.prefix)}
+            if self.stop.wait(self.every):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
 
 
-def one_user(url, name, password, timeout):
-    """``(times by stage, queued, failure or None)`` of one user's run."""
+def one_user(url, name, password, timeout, watcher):
+    """``(times by stage, queued, failure or None)`` of one user's run
+    (``watcher``: the run's ``PendingWatcher``)."""
     times, queued, stage = {}, False, "login"
     try:
         began = time.monotonic()
@@ -66,18 +86,11 @@ def one_user(url, name, password, timeout):
         times["login"] = time.monotonic() - began
 
         stage, began = "spawn", time.monotonic()
-        seen, stop = [], threading.Event()
-        watcher = threading.Thread(target=lambda: seen.append(pending(name, stop)), daemon=True)
-        watcher.start()
         r = client.api("POST", f"/users/{name}/server", json=OPTIONS)
         if r.status_code not in (201, 202):
             raise RuntimeError(f"the spawn answered {r.status_code}: {r.text[:200]}")
-        try:
-            client.wait_ready(name, timeout=timeout)
-        finally:
-            stop.set()
-            watcher.join(5)
-        times["spawn"], queued = time.monotonic() - began, bool(seen and seen[0])
+        client.wait_ready(name, timeout=timeout)
+        times["spawn"], queued = time.monotonic() - began, name in watcher.seen
 
         stage, began = "cell", time.monotonic()
         r = client.api("POST", f"/users/{name}/tokens", json={"expires_in": 3600})
@@ -136,9 +149,9 @@ def main(argv=None):
     accounts = {}
     try:
         accounts = loadusers.ensure_users(args.users, prefix=PREFIX)
-        with ThreadPoolExecutor(args.users) as pool:
+        with PendingWatcher(PREFIX) as watcher, ThreadPoolExecutor(args.users) as pool:
             results = list(pool.map(
-                lambda item: one_user(url, *item, args.timeout), sorted(accounts.items())
+                lambda item: one_user(url, *item, args.timeout, watcher), sorted(accounts.items())
             ))  # fmt: skip
     finally:
         if accounts:

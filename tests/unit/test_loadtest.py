@@ -1,6 +1,8 @@
 """``make load``'s report (bench/loadtest.py) from made results; the real run
 against the portal is ``make load USERS=12`` (README: "Load test")."""
 
+import time
+
 from bench import loadtest
 
 
@@ -21,3 +23,19 @@ def test_the_report_gives_each_stages_p50_p95_the_queued_and_every_failure():
 def test_p95_of_a_few_values_is_one_of_them():
     assert loadtest.p95([5.0]) == 5.0
     assert loadtest.p95([1.0, 2.0, 3.0, 4.0]) == 4.0
+
+
+def test_one_squeue_a_round_tells_who_of_the_run_was_pending():
+    answers = iter(["drive001\nalice\n", "drive003\ndrive001\n", ""])
+    calls = []
+
+    def squeue():
+        calls.append(1)
+        return next(answers, "")
+
+    watcher = loadtest.PendingWatcher("drive", every=0.01, squeue=squeue)
+    with watcher:
+        while len(calls) < 4:
+            time.sleep(0.01)
+    assert watcher.seen == {"drive001", "drive003"}  # alice is not of the run
+    assert not watcher.thread.is_alive()
