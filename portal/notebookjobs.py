@@ -20,11 +20,13 @@ The job's state is Slurm's (sacct, and squeue for a queued one's expected
 start); the portal keeps what was asked (``portal.store.NotebookJob``).
 """
 
+import copy
 import json
 import logging
 import os
 import posixpath
 import pwd
+import time
 from datetime import UTC, datetime
 
 from portal.core.containers import Binds, ContainerError, runtime
@@ -64,9 +66,20 @@ def job_name(settings):
     return f"{settings['slurm']['job_name']}-notebook"
 
 
+# How long Slurm's view of a job that has not ended serves the pages that
+# list jobs before Slurm is asked again (the hub's notices ask every 15 s;
+# one job's own page asks each time), and a running task's GPU sample (its
+# runner writes one every 15 s).
+FRESH_SECONDS = 10.0
+GPU_FRESH_SECONDS = 15.0
+KEEP_SEEN = 5000  # jobs whose last view is kept
+
+
 class NotebookJobs:
     def __init__(self, store, settings, profiles=None):
         self.store = store
+        self._seen = {}  # job id -> (monotonic time, its record, described): with_states
+        self._gpu_seen = {}  # (job id, task) -> (monotonic time, gpu_use): gpu_use
         self.settings = settings
         self.profiles = profiles or store.profiles  # the enabled profiles, now
         self.job_name = job_name(settings)
@@ -239,7 +252,9 @@ class NotebookJobs:
         return await self.submit(record["user"], request, actor, rerun_of=record["id"])
 
     async def cancel(self, record):
-        """scancel the job (every task of an array) as its user."""
+        """scancel the job (every task of an array) as its user; its next
+        view is Slurm's."""
+        self._seen.pop(record["id"], None)
         await slurm.cancel(record["user"], [record["id"]], timeout=self.timeout)
 
     async def declared(self, username, path):
@@ -293,10 +308,17 @@ class NotebookJobs:
 
     async def gpu_use(self, job):
         """The GPU use of ``job``'s tasks that run (their runner's last
-        sample), each task's dict given ``gpu_use``: ``{"gpus": [...],
-        "mean_utilization", "time"}`` or ``{"reason": why there is none}``."""
+        sample, read as the job's user at most every ``GPU_FRESH_SECONDS``), each
+        task's dict given ``gpu_use``: ``{"gpus": [...], "mean_utilization",
+        "time"}`` or ``{"reason": why there is none}``."""
+        now = time.monotonic()
         for task in job["task_states"]:
             if task["state"] not in ("RUNNING", "COMPLETING"):
+                continue
+            key = (job["id"], task["task"])
+            seen = self._gpu_seen.get(key)
+            if seen and now - seen[0] <= GPU_FRESH_SECONDS:
+                task["gpu_use"] = copy.deepcopy(seen[1])
                 continue
             try:
                 task["gpu_use"] = json.loads(
@@ -304,23 +326,67 @@ class NotebookJobs:
                 )
             except (FieldError, ValueError) as e:
                 task["gpu_use"] = {"gpus": [], "reason": f"no sample yet ({e})"}
+            self._gpu_seen[key] = (now, copy.deepcopy(task["gpu_use"]))
+        trim(self._gpu_seen, KEEP_SEEN, now - GPU_FRESH_SECONDS)
         return job
 
     # -- what the user sees -------------------------------------------------
 
-    async def with_states(self, records):
+    async def with_states(self, records, max_age=FRESH_SECONDS):
         """``records`` with Slurm's view of each task added (``state``,
         ``tasks_state``: per task, its state, times, output); a query that
-        fails leaves them ``UNKNOWN`` with the reason, never "gone"."""
-        error = ""
-        try:
-            accounted, queued = await slurm.notebook_tasks(
-                [r["id"] for r in records], timeout=self.timeout
-            )
-        except SlurmError as e:
-            accounted, queued, error = {}, {}, str(e)
-        return [describe(r, accounted.get(r["id"], {}), queued.get(r["id"], {}), error)
-                for r in records]  # fmt: skip
+        fails leaves them ``UNKNOWN`` with the reason, never "gone".
+
+        Slurm is asked (one sacct and one squeue) only for the jobs whose
+        view is older than ``max_age`` seconds (0: every one): an ended job's
+        view is final, and the hub's notices ask for the others every
+        15 s, so the pages that list jobs rarely ask at all. A job's own
+        page asks with ``max_age=0``."""
+        now = time.monotonic()
+        known, ask = {}, []
+        for r in records:
+            seen = self._seen.get(r["id"])
+            if seen and seen[1] == r and (seen[2]["ended"] or now - seen[0] <= max_age):
+                known[r["id"]] = still(seen[2])
+            else:
+                ask.append(r)
+        if ask:
+            error = ""
+            try:
+                accounted, queued = await slurm.notebook_tasks(
+                    [r["id"] for r in ask], timeout=self.timeout
+                )
+            except SlurmError as e:
+                accounted, queued, error = {}, {}, str(e)
+            for r in ask:
+                job = describe(r, accounted.get(r["id"], {}), queued.get(r["id"], {}), error)
+                known[r["id"]] = job
+                if not error:
+                    self._seen[r["id"]] = (now, copy.deepcopy(r), copy.deepcopy(job))
+            trim(self._seen, KEEP_SEEN)
+        return [known[r["id"]] for r in records]
+
+
+def trim(seen, keep, older_than=None):
+    """Forget the views older than ``older_than`` (a monotonic time), and the
+    oldest past ``keep``."""
+    if older_than is not None:
+        for key in [k for k, v in seen.items() if v[0] < older_than]:
+            del seen[key]
+    if len(seen) > keep:
+        for key in sorted(seen, key=lambda k: seen[k][0])[: len(seen) - keep]:
+            del seen[key]
+
+
+def still(job):
+    """A copy of a job's earlier view, its running tasks' time left as of now."""
+    job = copy.deepcopy(job)
+    now = datetime.now(UTC)
+    for task in job["task_states"]:
+        if "seconds_left" in task and task.get("end"):
+            end = datetime.fromisoformat(task["end"])
+            task["seconds_left"] = max(0, int((end - now).total_seconds()))
+    return job
 
 
 def _iso(value):

@@ -103,7 +103,7 @@ class JobNotices:
             if r["id"] not in self.done
             and datetime.fromisoformat(r["submitted_at"].replace("Z", "+00:00")) > since
         ]  # fmt: skip
-        described = await self.jobs.with_states(records) if records else []
+        described = await self.jobs.with_states(records, max_age=0) if records else []
         if described and described[0]["error"]:
             log.warning("Notebook jobs' notices wait for Slurm: %s", described[0]["error"])
             return

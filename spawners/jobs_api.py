@@ -90,13 +90,13 @@ class JobsHandler(NotebookJobsHandler):
 
 class JobHandler(NotebookJobsHandler):
     async def get(self, job_id):
-        job = (await self.jobs.with_states([self.record(job_id)]))[0]
+        job = (await self.jobs.with_states([self.record(job_id)], max_age=0))[0]
         self.send(await self.jobs.gpu_use(job))
 
     async def post(self, job_id, action):
         record = self.record(job_id)
         await self.jobs.cancel(record)
-        self.send((await self.jobs.with_states([record]))[0])
+        self.send((await self.jobs.with_states([record], max_age=0))[0])
 
 
 class ParametersHandler(NotebookJobsHandler):

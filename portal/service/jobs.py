@@ -56,8 +56,8 @@ class JobsMixin:
         return await self.jobs.with_states(self.store.notebook_jobs(user=user, limit=100))
 
     async def one(self, job_id):
-        """The job with its states, and its running tasks' GPU use."""
-        job = (await self.jobs.with_states([self.job_or_404(job_id)]))[0]
+        """The job with its states (Slurm's now), and its running tasks' GPU use."""
+        job = (await self.jobs.with_states([self.job_or_404(job_id)], max_age=0))[0]
         return await self.jobs.gpu_use(job)
 
 

@@ -37,7 +37,7 @@ class Jobs:
     def notebook_jobs(self, limit=500):
         return [{k: j[k] for k in ("id", "submitted_at")} for j in self.states]
 
-    async def with_states(self, records):
+    async def with_states(self, records, max_age=None):
         ids = {r["id"] for r in records}
         return [j for j in self.states if j["id"] in ids]
 

@@ -1019,3 +1019,100 @@ def test_a_job_without_gpu_data_says_why_never_zero(tmp_path):
     assert data["gpus"] == [] and data["mean_utilization"] is None
     assert data["reason"] == "No NVIDIA driver on n1"
     assert reader.run("gpus", "run-2.gpus.json", str(tmp_path)) == path.read_bytes()
+
+
+# -- what the pages ask of Slurm (NotebookJobs.with_states, gpu_use) -----------
+
+
+def job_record(job_id, notebook="a.ipynb"):
+    return {"id": job_id, "user": "alice", "notebook": notebook, "sweep": {}, "tasks": [{}],
+            "submitted_at": "2026-11-27T10:00:00Z", "profile": "pytorch"}  # fmt: skip
+
+
+@pytest.fixture
+def jobs(monkeypatch):
+    """NotebookJobs whose Slurm answers from ``jobs.slurm`` (``{id: state}``),
+    counting its queries in ``jobs.asked``."""
+    from portal import notebookjobs, settings
+
+    made = notebookjobs.NotebookJobs(store=None, settings=settings.defaults(), profiles=list)
+    made.slurm, made.asked = {}, []
+
+    async def notebook_tasks(job_ids, timeout):
+        made.asked.append(sorted(job_ids))
+        accounted = {j: {None: {"state": made.slurm[j]}} for j in job_ids if j in made.slurm}
+        return accounted, {}
+
+    monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", notebook_tasks)
+    return made
+
+
+def test_pages_ask_slurm_only_for_jobs_not_seen_lately_and_never_again_for_ended_ones(jobs):
+    import asyncio
+
+    jobs.slurm = {"1": "RUNNING", "2": "COMPLETED"}
+    first = asyncio.run(jobs.with_states([job_record("1"), job_record("2")]))
+    assert [j["state"] for j in first] == ["RUNNING", "COMPLETED"] and jobs.asked == [["1", "2"]]
+    first[0]["task_states"][0]["state"] = "changed by a caller"  # the caller's copy alone
+    again = asyncio.run(jobs.with_states([job_record("1"), job_record("2"), job_record("3")]))
+    assert [j["state"] for j in again] == ["RUNNING", "COMPLETED", "SUBMITTED"]
+    assert jobs.asked[-1] == ["3"]  # only the job not seen yet
+
+    jobs.slurm["1"] = "COMPLETED"
+    fresh = asyncio.run(
+        jobs.with_states([job_record("1"), job_record("2")], max_age=0)
+    )  # the notices
+    assert fresh[0]["state"] == "COMPLETED" and jobs.asked[-1] == ["1"]  # 2 had ended
+
+
+def test_a_cancel_or_a_changed_record_is_asked_again(jobs):
+    import asyncio
+
+    from portal import notebookjobs
+
+    async def cancel(user, ids, timeout):
+        jobs.slurm[ids[0]] = "CANCELLED"
+
+    jobs.slurm = {"5": "PENDING"}
+    asyncio.run(jobs.with_states([job_record("5")]))
+    notebookjobs.slurm.cancel, saved = cancel, notebookjobs.slurm.cancel
+    try:
+        asyncio.run(jobs.cancel(job_record("5")))
+    finally:
+        notebookjobs.slurm.cancel = saved
+    assert asyncio.run(jobs.with_states([job_record("5")]))[0]["state"] == "CANCELLED"
+    jobs.slurm["5"] = "RUNNING"  # Slurm reused the number for another record (a purged database)
+    assert asyncio.run(jobs.with_states([job_record("5", "b.ipynb")]))[0]["state"] == "RUNNING"
+
+
+def test_a_failed_query_is_not_kept(jobs, monkeypatch):
+    import asyncio
+
+    from portal import notebookjobs
+    from portal.slurm.parse import SlurmError
+
+    async def broken(job_ids, timeout):
+        raise SlurmError("slurmdbd is down")
+
+    monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", broken)
+    [job] = asyncio.run(jobs.with_states([job_record("9")]))
+    assert job["state"] == "UNKNOWN" and "slurmdbd is down" in job["error"]
+    assert "9" not in jobs._seen
+
+
+def test_a_running_tasks_gpu_sample_is_read_once_while_fresh(jobs):
+    import asyncio
+
+    reads = []
+
+    async def read(user, command, path):
+        reads.append(path)
+        return json.dumps({"gpus": [{"utilization": 50}], "mean_utilization": 50.0})
+
+    jobs.read = read
+    jobs.slurm = {"4": "RUNNING"}
+    for _ in range(3):
+        [job] = asyncio.run(jobs.with_states([job_record("4")]))
+        job = asyncio.run(jobs.gpu_use(job))
+        assert job["task_states"][0]["gpu_use"]["mean_utilization"] == 50.0
+    assert len(reads) == 1
