@@ -57,6 +57,7 @@ class Watcher:
 
     def run(self):
         from portal.session.activity import busy_reasons
+        from portal.usage import gpu_sample
 
         while not self.stop.is_set():
             model = self.reader.read()
@@ -69,6 +70,8 @@ class Watcher:
                     "memory_used_mb": [g["memory_used_mb"] for g in model["gpus"]],
                     "reasons": busy_reasons([], utils, self.busy_percent),
                     "reason": model["reason"],
+                    # the hub's sample of a session's answer (spawners.gpu_use)
+                    "hub_sample": gpu_sample(model, self.busy_percent, len(model["gpus"])),
                 }
             )
             self.stop.wait(self.every)
@@ -77,9 +80,19 @@ class Watcher:
         mine = [s for s in self.samples if s["phase"] == phase]
         busy = [s for s in mine if s["reasons"]]
         utils = [u for s in mine for u in s["utilization"] if u is not None]
+        from portal.usage import slice_advice
+
+        hub = [s["hub_sample"] for s in mine if s.get("hub_sample")]
+        held = max((len(s["utilization"]) for s in mine), default=0)
+        # what the hub would store of a session running this phase, and say of it
+        mean = round(sum(m for _, m in hub) / len(hub), 1) if hub else None
+        used = max((b for b, _ in hub), default=None)
+        stored = {"gpus": held, "gpu_samples": len(hub), "gpus_used": used, "gpu_busy": mean}
         return {
             "samples": len(mine),
             "busy_by_the_rule": len(busy),
+            "hub_record": stored,
+            "advice": slice_advice([stored]),
             "mean_utilization": round(sum(utils) / len(utils), 1) if utils else None,
             "max_utilization": max(utils) if utils else None,
             "max_memory_used_mb": max((m for s in mine for m in s["memory_used_mb"]), default=None),

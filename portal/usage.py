@@ -221,6 +221,33 @@ def job_json(r):
     }  # fmt: skip
 
 
+def gpu_sample(figures, threshold, held):
+    """``(busy GPUs, mean utilisation)`` of a session's answer of its GPU
+    figures (``portal.session.nvml``'s model), a GPU busy above ``threshold``
+    percent; None when it reports no GPU with a utilisation (no driver, MIG,
+    no answer). At most ``held`` GPUs count: the session's job's
+    (``spawners.gpu_use`` samples; ``bench.gpu_check`` on a GPU).
+
+    >>> gpu_sample({"gpus": [{"utilization": 90}, {"utilization": 2}]}, 10, 2)
+    (1, 46.0)
+    >>> gpu_sample({"gpus": [{"utilization": 90}] * 3}, 10, 2)
+    (2, 90.0)
+    >>> gpu_sample({"gpus": [], "reason": "no driver"}, 10, 1), gpu_sample({"gpus": [{}]}, 10, 1)
+    (None, None)
+    >>> gpu_sample({"gpus": [{"utilization": True}, {"utilization": 400}]}, 10, 2)
+    """
+    known = []
+    for gpu in figures.get("gpus", [])[:held]:
+        value = gpu.get("utilization")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if 0 <= value <= 100:
+            known.append(float(value))
+    if not known:
+        return None
+    return sum(1 for u in known if u > threshold), round(sum(known) / len(known), 1)
+
+
 def slice_advice(sessions):
     """What a user's latest sessions (``ProfileStore.session_gpu_use``, newest
     first, those with the hub's GPU samples) say of their slices: a plain

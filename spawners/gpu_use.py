@@ -23,37 +23,14 @@ import asyncio
 import logging
 import time
 
+from portal.usage import gpu_sample
+
 from . import metrics
 from .handlers import UNANSWERED, session_gpus
 
 log = logging.getLogger("portal.gpu_use")
 
 CONCURRENT = 10  # sessions asked at once
-
-
-def sample_of(figures, threshold, held):
-    """``(busy GPUs, mean utilisation)`` of a session's answer, or None when
-    it reports no GPU with a utilisation (no driver, MIG, no answer). At most
-    ``held`` GPUs count: the session's job's.
-
-    >>> sample_of({"gpus": [{"utilization": 90}, {"utilization": 2}]}, 10, 2)
-    (1, 46.0)
-    >>> sample_of({"gpus": [{"utilization": 90}] * 3}, 10, 2)
-    (2, 90.0)
-    >>> sample_of({"gpus": [], "reason": "no driver"}, 10, 1), sample_of({"gpus": [{}]}, 10, 1)
-    (None, None)
-    >>> sample_of({"gpus": [{"utilization": True}, {"utilization": 400}]}, 10, 2)
-    """
-    known = []
-    for gpu in figures.get("gpus", [])[:held]:
-        value = gpu.get("utilization")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if 0 <= value <= 100:
-            known.append(float(value))
-    if not known:
-        return None
-    return sum(1 for u in known if u > threshold), round(sum(known) / len(known), 1)
 
 
 class GPUUse:
@@ -102,7 +79,7 @@ class GPUUse:
         async def one(spawner):
             async with limit:
                 figures = await self.fetch(spawner)
-            sample = sample_of(figures, self.threshold, spawner.job_slice.gpus)
+            sample = gpu_sample(figures, self.threshold, spawner.job_slice.gpus)
             job_id = spawner.job_id
             if sample is None:
                 reason = figures.get("reason") or "no utilisation"

@@ -52,3 +52,7 @@ def test_the_watch_counts_what_the_rule_calls_busy_in_each_phase():
     assert watcher.summary("idle")["busy_by_the_rule"] == 0
     train = watcher.summary("train")
     assert (train["samples"], train["busy_by_the_rule"], train["mean_utilization"]) == (3, 2, 30.5)
+    assert train["hub_record"] == {"gpus": 1, "gpu_samples": 2, "gpus_used": 1, "gpu_busy": 30.5}
+    assert train["advice"] == ""  # its one GPU was used
+    idle = watcher.summary("idle")
+    assert idle["advice"] == "Your last session used none of its GPU: fewer would start sooner."
