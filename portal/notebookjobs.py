@@ -80,6 +80,7 @@ class NotebookJobs:
         self.store = store
         self._seen = {}  # job id -> (monotonic time, its record, described): with_states
         self._gpu_seen = {}  # (job id, task) -> (monotonic time, gpu_use): gpu_use
+        self._cancelled = {}  # job id -> monotonic time of its last cancel
         self.settings = settings
         self.profiles = profiles or store.profiles  # the enabled profiles, now
         self.job_name = job_name(settings)
@@ -210,10 +211,7 @@ class NotebookJobs:
         try:
             checked = await self.check(username, request)
         except FieldError:
-            try:
-                self.store.count_refusal("notebook_job")
-            except Exception as e:  # noqa: BLE001 (the refusal itself stands)
-                log.warning("A refused notebook job was not counted: %s", e)
+            self.store.refused("notebook_job")
             raise
         job_slice, tasks = checked["slice"], checked["tasks"]
         argv = slurm.sbatch_argv(
@@ -255,6 +253,8 @@ class NotebookJobs:
         """scancel the job (every task of an array) as its user; its next
         view is Slurm's."""
         self._seen.pop(record["id"], None)
+        self._cancelled[record["id"]] = time.monotonic()  # a view asked before is not kept
+        trim_times(self._cancelled, KEEP_SEEN)
         await slurm.cancel(record["user"], [record["id"]], timeout=self.timeout)
 
     async def declared(self, username, path):
@@ -338,15 +338,16 @@ class NotebookJobs:
         fails leaves them ``UNKNOWN`` with the reason, never "gone".
 
         Slurm is asked (one sacct and one squeue) only for the jobs whose
-        view is older than ``max_age`` seconds (0: every one): an ended job's
-        view is final, and the hub's notices ask for the others every
-        15 s, so the pages that list jobs rarely ask at all. A job's own
-        page asks with ``max_age=0``."""
+        view is older than ``max_age`` seconds (0: every one). A job whose
+        tasks have all ended is asked again only with ``max_age=0``, and
+        the hub's notices ask for the others every 15 s, so the pages that
+        list jobs rarely ask at all. A job's own page asks with
+        ``max_age=0``; a view asked for before a cancel is not kept."""
         now = time.monotonic()
         known, ask = {}, []
         for r in records:
             seen = self._seen.get(r["id"])
-            if seen and seen[1] == r and (seen[2]["ended"] or now - seen[0] <= max_age):
+            if seen and seen[1] == r and (now - seen[0] <= max_age or (max_age and final(seen[2]))):
                 known[r["id"]] = still(seen[2])
             else:
                 ask.append(r)
@@ -361,7 +362,7 @@ class NotebookJobs:
             for r in ask:
                 job = describe(r, accounted.get(r["id"], {}), queued.get(r["id"], {}), error)
                 known[r["id"]] = job
-                if not error:
+                if not error and self._cancelled.get(r["id"], -1.0) < now:  # not before a cancel
                     self._seen[r["id"]] = (now, copy.deepcopy(r), copy.deepcopy(job))
             trim(self._seen, KEEP_SEEN)
         return [known[r["id"]] for r in records]
@@ -376,6 +377,18 @@ def trim(seen, keep, older_than=None):
     if len(seen) > keep:
         for key in sorted(seen, key=lambda k: seen[k][0])[: len(seen) - keep]:
             del seen[key]
+
+
+def final(job):
+    """Whether a view of a job can no longer change: every task has ended."""
+    return job["ended"] and all(t["state"] in ENDED for t in job["task_states"])
+
+
+def trim_times(times, keep):
+    """Keep the ``keep`` latest of ``{key: monotonic time}``."""
+    if len(times) > keep:
+        for key in sorted(times, key=times.get)[: len(times) - keep]:
+            del times[key]
 
 
 def still(job):
@@ -428,8 +441,14 @@ def describe(record, accounted, queued, error=""):
     states = {t["state"] for t in tasks}
     if len(states) == 1:
         overall = states.pop()
-    elif states & {"RUNNING", "PENDING", "SUBMITTED", "COMPLETING"}:
-        overall = "RUNNING" if "RUNNING" in states else "PENDING"
+    elif states - ENDED:  # a task goes on (running, queued, suspended, requeued...)
+        going = states - ENDED
+        if "RUNNING" in going:
+            overall = "RUNNING"
+        elif going & {"PENDING", "SUBMITTED"}:
+            overall = "PENDING"
+        else:
+            overall = sorted(going)[0]
     else:
         overall = "FAILED" if states - {"COMPLETED"} else "COMPLETED"
     first = tasks[0] if tasks else {}

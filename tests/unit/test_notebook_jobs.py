@@ -1059,10 +1059,58 @@ def test_pages_ask_slurm_only_for_jobs_not_seen_lately_and_never_again_for_ended
     assert jobs.asked[-1] == ["3"]  # only the job not seen yet
 
     jobs.slurm["1"] = "COMPLETED"
-    fresh = asyncio.run(
-        jobs.with_states([job_record("1"), job_record("2")], max_age=0)
-    )  # the notices
-    assert fresh[0]["state"] == "COMPLETED" and jobs.asked[-1] == ["1"]  # 2 had ended
+    fresh = asyncio.run(jobs.with_states([job_record("1"), job_record("2")], max_age=0))
+    assert fresh[0]["state"] == "COMPLETED" and jobs.asked[-1] == ["1", "2"]  # 0: Slurm's now
+    jobs.asked.clear()
+    asyncio.run(jobs.with_states([job_record("1"), job_record("2")], max_age=0.001))
+    assert jobs.asked == []  # both ended: final for the pages
+
+
+def test_an_array_with_a_suspended_task_is_not_taken_for_ended(jobs, monkeypatch):
+    import asyncio
+
+    from portal import notebookjobs
+
+    states = {0: "COMPLETED", 1: "SUSPENDED"}
+
+    async def notebook_tasks(job_ids, timeout):
+        return {"8": {k: {"state": v} for k, v in states.items()}}, {}
+
+    monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", notebook_tasks)
+    array = {**job_record("8"), "sweep": {"lr": [1, 2]}, "tasks": [{"lr": 1}, {"lr": 2}]}
+    [job] = asyncio.run(jobs.with_states([array]))
+    assert (job["state"], job["ended"]) == ("SUSPENDED", False)
+    states[1] = "RUNNING"
+    [job] = asyncio.run(jobs.with_states([array], max_age=0))
+    assert job["state"] == "RUNNING"
+
+
+def test_a_view_asked_for_before_a_cancel_is_not_kept(jobs, monkeypatch):
+    import asyncio
+
+    from portal import notebookjobs
+
+    jobs.slurm = {"6": "RUNNING"}
+
+    async def slow(job_ids, timeout):
+        seen = {j: {None: {"state": jobs.slurm[j]}} for j in job_ids}
+        await asyncio.sleep(0.05)  # the cancel comes meanwhile
+        return seen, {}
+
+    async def cancel(user, ids, timeout):
+        jobs.slurm[ids[0]] = "CANCELLED"
+
+    monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", slow)
+    monkeypatch.setattr(notebookjobs.slurm, "cancel", cancel)
+
+    async def both():
+        listing = asyncio.ensure_future(jobs.with_states([job_record("6")]))
+        await asyncio.sleep(0.01)
+        await jobs.cancel(job_record("6"))
+        assert (await listing)[0]["state"] == "RUNNING"  # Slurm's answer before the cancel
+        return await jobs.with_states([job_record("6")])
+
+    assert asyncio.run(both())[0]["state"] == "CANCELLED"
 
 
 def test_a_cancel_or_a_changed_record_is_asked_again(jobs):
