@@ -25,7 +25,9 @@ output, who asked. A profile of an image is offered only while the latest
 check of its (image, framework) passed at the image's current stamp.
 """
 
+import asyncio
 import logging
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,6 +54,7 @@ from portal.core.durations import slurm_time
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
 
 log = logging.getLogger("portal.store")
+REFUSALS_SECONDS = 5.0  # refusals counted in memory reach the table within this
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 VERSION_TABLE = "portal_alembic_version"
@@ -336,6 +339,8 @@ class ProfileStore:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.Session = sessionmaker(self.engine, expire_on_commit=False)
+        self._refused = Counter()  # refusals not yet in the table (``refused``)
+        self._flush_due = False
 
     # -- schema and seed ----------------------------------------------------
 
@@ -474,29 +479,70 @@ class ProfileStore:
             db.add(row)
         return row.to_dict()
 
-    def count_refusal(self, reason):
-        """One more request refused for ``reason`` (one statement: the hub and
-        the service count at once without losing one)."""
+    def refused(self, reason):
+        """One request refused (``portal_refused_requests_total``): counted in
+        memory at once, added to the table at most every ``REFUSALS_SECONDS``
+        by a worker thread (one UPDATE per reason), so that a user sending
+        refused requests costs no write each and never blocks the event loop."""
+        self._refused[str(reason)[:32]] += 1
+        if self._flush_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a script): at once
+            self.flush_refusals()
+            return
+        self._flush_due = True
+        loop.call_later(REFUSALS_SECONDS, lambda: asyncio.ensure_future(self._flush_later()))
+
+    async def _flush_later(self):
+        self._flush_due = False
+        taken, self._refused = self._refused, Counter()
+        try:
+            await asyncio.to_thread(self._add_refusals, taken)
+        except Exception as e:  # noqa: BLE001 (kept for the next flush)
+            log.warning("Refusals were not counted yet: %s", e)
+            self._refused.update(taken)
+
+    def flush_refusals(self):
+        taken, self._refused = self._refused, Counter()
+        try:
+            self._add_refusals(taken)
+        except Exception:
+            self._refused.update(taken)
+            raise
+
+    def _add_refusals(self, counts):
+        for reason, n in list(counts.items()):
+            self.count_refusal(reason, n)
+            del counts[reason]  # a later failure keeps only what is not in the table
+
+    def count_refusal(self, reason, n=1):
+        """``n`` more requests refused for ``reason`` in the table (one
+        statement: the hub and the service add at once without losing one)."""
         reason = str(reason)[:32]
         for _ in range(3):
             with self.Session.begin() as db:
                 done = db.execute(
                     update(Refusal).where(Refusal.reason == reason)
-                    .values(count=Refusal.count + 1)
+                    .values(count=Refusal.count + n)
                 ).rowcount  # fmt: skip
                 if done:
                     return
             try:
                 with self.Session.begin() as db:
-                    db.add(Refusal(reason=reason, count=1))
+                    db.add(Refusal(reason=reason, count=n))
                 return
             except IntegrityError:  # the other process made the row meanwhile
                 continue
 
     def refusal_counts(self):
-        """``{reason: requests refused}``, every one, ever."""
+        """``{reason: requests refused}``, every one, ever: the table's, and
+        this process's not yet in it."""
         with self.Session() as db:
-            return {r.reason: r.count for r in db.scalars(select(Refusal))}
+            counts = Counter({r.reason: r.count for r in db.scalars(select(Refusal))})
+        counts.update(self._refused)
+        return dict(counts)
 
     def extension_count(self):
         """How many extensions the audit holds (every one, ever)."""
@@ -545,10 +591,10 @@ class ProfileStore:
             row.gpus_used = max(row.gpus_used or 0, int(busy_gpus))
         return True
 
-    def session_gpu_use(self, job_ids=None, user=None, limit=5):
+    def session_gpu_use(self, job_ids=None, user=None, limit=5, exclude=()):
         """The sampled GPU use of sessions that held GPUs: those of ``job_ids``
         (``{job id: dict}``), or ``user``'s latest ``limit`` with samples,
-        newest first (a list)."""
+        newest first, but those of ``exclude`` (their running ones: a list)."""
         with self.Session() as db:
             if job_ids is not None:
                 ids = {str(j) for j in job_ids}
@@ -557,6 +603,7 @@ class ProfileStore:
             query = (
                 select(SessionJob)
                 .where(SessionJob.user == user, SessionJob.gpus > 0, SessionJob.gpu_samples > 0)
+                .where(SessionJob.job_id.not_in([str(j) for j in exclude]))
                 .order_by(SessionJob.submitted_at.desc(), SessionJob.job_id.desc())
                 .limit(limit)
             )

@@ -75,6 +75,7 @@ class JobsHandler(NotebookJobsHandler):
     async def post(self):
         name = self.username()
         if len(self.request.body) > MAX_BODY:
+            metrics.refused("notebook_job")
             raise web.HTTPError(400, f"The request body is larger than {MAX_BODY} bytes")
         try:
             body = json.loads(self.request.body or b"{}", parse_constant=no_constant)

@@ -96,13 +96,14 @@ def observe_spawn(spawner):
 
 
 def refused(reason):
-    """A request refused before anything was submitted, counted in the store
-    (``portal_refused_requests_total``: the hub's and the service's alike)."""
+    """A request refused before anything was submitted, counted by the store
+    (``ProfileStore.refused``; ``portal_refused_requests_total``: the hub's
+    and the service's alike)."""
     store = _collector.store if _collector is not None else None
     if store is None:
         return
     try:
-        store.count_refusal(reason)
+        store.refused(reason)
     except Exception as e:  # noqa: BLE001 (the refusal itself stands)
         log.warning("A refusal (%s) was not counted: %s", reason, e)
 

@@ -71,7 +71,7 @@ class JobsAPI(JobsMixin, APIHandler):
         try:
             body = self.body()
         except FieldError as e:
-            self.store.count_refusal("notebook_job")  # submit counts the rest
+            self.store.refused("notebook_job")  # submit counts the rest
             return self.fail(400, e, e.field)
         try:
             record = await self.jobs.submit(self.author, body, self.author)
@@ -165,7 +165,7 @@ class JobsPage(JobsMixin, BaseHandler):
                     try:
                         request[key] = json.loads(data[key])
                     except ValueError:
-                        self.store.count_refusal("notebook_job")  # submit counts the rest
+                        self.store.refused("notebook_job")  # submit counts the rest
                         raise FieldError(f"{key}: not valid JSON", key) from None
             request["notify"] = bool(self.get_argument("notify", ""))
             data["notify"] = request["notify"]

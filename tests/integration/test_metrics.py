@@ -17,6 +17,7 @@ import requests
 
 from deploy import prometheus_setup
 from portal import settings as site_settings
+from portal.store import REFUSALS_SECONDS
 from tests.support.hubsettings import CA_CERT
 from tests.support.testhub import SETTINGS_FILE
 
@@ -64,6 +65,10 @@ def test_the_portals_series_are_served_to_admins_and_the_monitoring_token_only(p
     before = refusals(text, "notebook_job")
     r = portal("alice").send("POST", "api/jobs", json={"notebook": "../x.ipynb", "gpus": 1})
     assert r.status_code == 400, r.text
+    deadline = time.monotonic() + REFUSALS_SECONDS + 10  # the service adds it soon after
+    while refusals(carol.session.get(carol.url("/hub/metrics"), timeout=30).text,
+                   "notebook_job") == before and time.monotonic() < deadline:  # fmt: skip
+        time.sleep(0.5)
     text = carol.session.get(carol.url("/hub/metrics"), timeout=30).text
     assert refusals(text, "notebook_job") == before + 1
     headers = {"Authorization": f"Bearer {monitoring_token().strip()}"}

@@ -152,9 +152,33 @@ def test_refusals_are_counted_in_the_store_by_every_process_and_served_by_the_hu
 
 def test_a_refusal_goes_to_the_installed_collectors_store(monkeypatch):
     counted = []
-    store = SimpleNamespace(count_refusal=counted.append)
+    store = SimpleNamespace(refused=counted.append)
     monkeypatch.setattr(metrics, "_collector", SimpleNamespace(store=store))
     metrics.refused("qos")
     assert counted == ["qos"]
     monkeypatch.setattr(metrics, "_collector", SimpleNamespace(store=SimpleNamespace()))
     metrics.refused("qos")  # a store that cannot count: logged, the refusal stands
+
+
+def test_a_burst_of_refusals_is_one_write_a_reason_off_the_event_loop(tmp_path, monkeypatch):
+    from portal import store as store_module
+    from portal.store import ProfileStore, default_url
+
+    monkeypatch.setattr(store_module, "REFUSALS_SECONDS", 0.05)
+    store = ProfileStore(default_url(tmp_path))
+    store.upgrade()
+    writes = []
+    count = store.count_refusal
+    store.count_refusal = lambda reason, n=1: (writes.append((reason, n)), count(reason, n))
+
+    async def burst():
+        for _ in range(100):
+            store.refused("notebook_job")
+        store.refused("qos")
+        assert store.refusal_counts() == {"notebook_job": 100, "qos": 1}  # before any write
+        assert writes == []
+        await asyncio.sleep(0.3)
+
+    asyncio.run(burst())
+    assert sorted(writes) == [("notebook_job", 100), ("qos", 1)]
+    assert ProfileStore(default_url(tmp_path)).refusal_counts() == {"notebook_job": 100, "qos": 1}
