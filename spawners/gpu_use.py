@@ -77,10 +77,15 @@ class GPUUse:
         limit = asyncio.Semaphore(CONCURRENT)
 
         async def one(spawner):
+            # the job asked about: a session restarted meanwhile is another job
+            job_id, held, user = spawner.job_id, spawner.job_slice.gpus, spawner.user.name
             async with limit:
+                if spawner.job_id != job_id or not spawner.server:
+                    return  # stopped or restarted while others were asked
                 figures = await self.fetch(spawner)
-            sample = gpu_sample(figures, self.threshold, spawner.job_slice.gpus)
-            job_id = spawner.job_id
+            if spawner.job_id != job_id:
+                return
+            sample = gpu_sample(figures, self.threshold, held)
             if sample is None:
                 reason = figures.get("reason") or "no utilisation"
                 metrics.GPU_SAMPLES.labels(
@@ -88,8 +93,9 @@ class GPUUse:
                 ).inc()
                 if job_id not in self.told:
                     self.told.add(job_id)
-                    spawner.log.info("No GPU sample of job %s (%s's session): %s", job_id,
-                             spawner.user.name, reason)  # fmt: skip
+                    # the session's own text: quoted, so that it cannot forge log lines
+                    spawner.log.info("No GPU sample of job %s (%s's session): %r", job_id,
+                                     user, reason[:300])  # fmt: skip
                 return
             metrics.GPU_SAMPLES.labels("sampled").inc()
             busy, mean = sample
@@ -99,7 +105,11 @@ class GPUUse:
             except Exception as e:  # noqa: BLE001 (the metrics keep the sample)
                 log.error("The GPU sample of job %s was not stored: %s", job_id, e)
 
-        await asyncio.gather(*(one(s) for s in spawners))
+        results = await asyncio.gather(*(one(s) for s in spawners), return_exceptions=True)
+        for spawner, result in zip(spawners, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("The GPU use of %s's session was not sampled: %r", spawner.user.name,
+                          result)  # fmt: skip
         running = {s.job_id for s in spawners}
         for job_id in [j for j in self.latest if j not in running]:
             del self.latest[job_id]
@@ -130,6 +140,7 @@ def install(spawners, store, settings):
     interval = float(settings["metrics"]["gpu_sample_seconds"])
     if _instance is None:
         _instance = GPUUse(spawners, store, fetch, threshold, interval)
-    else:
-        _instance.__init__(spawners, store, fetch, threshold, interval)
+    else:  # configured again in one process: the same loop, its new sources
+        _instance.spawners, _instance.store, _instance.fetch = spawners, store, fetch
+        _instance.threshold, _instance.interval = threshold, interval
     return _instance

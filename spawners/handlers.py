@@ -28,6 +28,7 @@ Where they go in JupyterHub's route lists is ``spawners.jupyterhub_patches``.
 
 import asyncio
 import json
+import math
 import time
 
 from jupyterhub.apihandlers import APIHandler
@@ -323,7 +324,8 @@ class SessionGPUsHandler(BaseHandler):
             self.set_status(404)
             self.finish(json.dumps({"gpus": [], "reason": f"{user_name} has no running session"}))
             return
-        self.finish(json.dumps(await session_gpus(spawner, hub_client_context(self.settings))))
+        figures = await session_gpus(spawner, hub_client_context(self.settings))
+        self.finish(json.dumps(figures, allow_nan=False))
 
 
 async def session_gpus(spawner, ssl_options):
@@ -368,6 +370,8 @@ def gpu_figures(data):
     {'gpus': [{'index': 0, 'utilization': 5}], 'reason': ''}
     >>> gpu_figures("junk")["gpus"]
     []
+    >>> gpu_figures({"gpus": [{"index": 0, "utilization": float("nan")}]})["gpus"]
+    [{'index': 0}]
     """
     unanswered = {"gpus": [], "reason": UNANSWERED}
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
@@ -380,7 +384,9 @@ def gpu_figures(data):
             {
                 key: value if isinstance(value, (int, float)) else str(value)[:80]
                 for key, value in gpu.items()
-                if key in GPU_KEYS and (value is None or isinstance(value, (int, float, str)))
+                if key in GPU_KEYS
+                and (value is None or isinstance(value, (int, float, str)))
+                and (not isinstance(value, float) or math.isfinite(value))  # JSON has no NaN
             }
         )
     return {"gpus": gpus, "reason": str(data.get("reason") or "")[:300]}

@@ -115,7 +115,8 @@ def test_the_advice_reads_the_users_last_five_sampled_sessions_newest_first(stor
     for job_id in range(20, 27):
         store.record_session_job(str(job_id), "alice", "pytorch", 4, 1)
         sampler = GPUUse(lambda j=job_id: [session(str(j), 4)], store, fetch, 10, 60)
-        asyncio.run(sampler.sample())
+        for _ in range(3):  # portal.usage.MIN_SAMPLES
+            asyncio.run(sampler.sample())
     store.record_session_job("30", "alice", "pytorch", 4, 1)  # never sampled: not counted
     last = store.session_gpu_use(user="alice")
     assert [s["job_id"] for s in last] == ["26", "25", "24", "23", "22"]
@@ -123,4 +124,52 @@ def test_the_advice_reads_the_users_last_five_sampled_sessions_newest_first(stor
         slice_advice(last)
         == "Your last 5 sessions used 1 of their 4 GPUs: fewer would start sooner."
     )
+    running = store.session_gpu_use(user="alice", exclude=["26"])  # her running session
+    assert [s["job_id"] for s in running] == ["25", "24", "23", "22", "21"]
     assert store.session_gpu_use(user="bob") == []
+
+
+def test_a_session_that_stops_or_restarts_during_a_round_is_not_credited(store, caplog):
+    store.record_session_job("40", "alice", "pytorch", 1, 1)
+    store.record_session_job("41", "bob", "pytorch", 1, 1)
+    alice, bob = session("40", 1, user="alice"), session("41", 1, user="bob")
+
+    async def fetch(spawner):
+        if spawner is alice:  # alice's session restarts as job 42 while it answers
+            alice.job_id = "42"
+        bob.server = None  # bob's stops before his turn
+        return {"gpus": [{"utilization": 90}], "reason": ""}
+
+    sampler = GPUUse(lambda: [alice, bob], store, fetch, threshold=10, interval=60)
+    sampler.fetch = fetch
+    asyncio.run(sampler.sample())
+    use = store.session_gpu_use(job_ids=["40", "41"])
+    assert use["40"]["gpu_samples"] == 0 and use["41"]["gpu_samples"] == 0
+    assert sampler.latest == {}
+
+
+def test_an_error_in_one_session_leaves_the_round_to_the_others(store, caplog):
+    store.record_session_job("50", "alice", "pytorch", 1, 1)
+    store.record_session_job("51", "bob", "pytorch", 1, 1)
+
+    async def fetch(spawner):
+        if spawner.job_id == "50":
+            raise AttributeError("'NoneType' object has no attribute 'url'")
+        return {"gpus": [{"utilization": 90}], "reason": ""}
+
+    sampler = GPUUse(lambda: [session("50", 1), session("51", 1, user="bob")], store, fetch, 10, 60)
+    asyncio.run(sampler.sample())
+    assert store.session_gpu_use(job_ids=["51"])["51"]["gpu_samples"] == 1
+    assert "The GPU use of alice's session was not sampled" in caplog.text
+
+
+def test_the_sessions_reason_is_quoted_in_the_hubs_log(store, caplog):
+    store.record_session_job("60", "alice", "pytorch", 1, 1)
+    forged = "x\n[E 2026-11-27 13:00:00.000 JupyterHub app:1] FORGED"
+
+    async def fetch(spawner):
+        return {"gpus": [], "reason": forged}
+
+    caplog.set_level(logging.INFO)
+    asyncio.run(GPUUse(lambda: [session("60", 1)], store, fetch, 10, 60).sample())
+    assert "\n[E 2026" not in caplog.text and repr(forged) in caplog.text
