@@ -21,7 +21,8 @@ Parts, each ``ok`` with what it saw or down with why:
   state_dir/proxy-routes.json``): down when a running session has no route
   or a route leads to no running session (in two checks in a row), when the
   proxy's table could not be read, or when the hub has not checked within
-  three of its intervals;
+  three of its intervals (with ``route_check_seconds = 0`` the hub checks
+  only as it starts, and the part is information);
 - ``free GPUs``: per partition (information: a full cluster is not down);
 - ``disk``: free space where the hub keeps its state (down under 1 GB).
 
@@ -150,28 +151,33 @@ ROUTES_FILE = "proxy-routes.json"  # spawners.route_check's
 
 
 def proxy_routes(settings, now=None):
-    """The hub's last check of the proxy's routes (counts only)."""
+    """The hub's last check of the proxy's routes (counts of mismatches only:
+    served without a login)."""
     path = Path(settings["hub"]["state_dir"]) / ROUTES_FILE
     try:
         seen = json.loads(path.read_text())
         checked = datetime.fromisoformat(seen["checked_at"])
-        limit = 3 * max(float(seen["interval"]), 1.0)
+        interval = float(seen["interval"])
     except FileNotFoundError:
         return Part("proxy routes", False, "the hub has not checked them yet")
     except (OSError, ValueError, KeyError, TypeError) as e:
         return Part("proxy routes", False, f"{path}: {e}")
     age = ((now or datetime.now(checked.tzinfo)) - checked).total_seconds()
-    if age > limit:
+    periodic = interval > 0  # [metrics] route_check_seconds = 0: only as the hub starts
+    limit = 3 * max(interval, 1.0)
+    if periodic and age > limit:
         return Part("proxy routes", False, f"the hub's last check is {age:.0f} s old "
                                            f"(at most {limit:.0f})")  # fmt: skip
     if seen.get("error"):
-        return Part("proxy routes", False, str(seen["error"])[:300])
+        return Part("proxy routes", False, str(seen["error"])[:300], critical=periodic)
     missing, stale = int(seen.get("missing", 0)), int(seen.get("stale", 0))
     detail = (
-        f"{seen.get('sessions', 0)} running session(s), {missing} without a route, "
-        f"{stale} route(s) to no running session; checked {age:.0f} s ago"
+        f"{missing} running session(s) without a route, {stale} route(s) to no running "
+        f"session; checked {age:.0f} s ago"
     )
-    return Part("proxy routes", not missing and not stale, detail)
+    if not periodic:
+        detail += " (only as the hub started: [metrics] route_check_seconds = 0)"
+    return Part("proxy routes", not missing and not stale, detail, critical=periodic)
 
 
 def disk(settings):

@@ -129,6 +129,6 @@ def install(settings):
     interval = float(settings["metrics"]["route_check_seconds"])
     if _instance is None:
         _instance = RouteCheck(app_of, path, interval)
-    else:
-        _instance.__init__(app_of, path, interval)
+    else:  # configured again in one process: the same loop, its new settings
+        _instance.app_of, _instance.path, _instance.interval = app_of, path, interval
     return _instance

@@ -42,8 +42,8 @@ def test_a_mismatch_counts_once_seen_twice_and_health_names_it(tmp_path):
     assert (second["missing"], second["stale"]) == (1, 0)  # bob, still without one
     part = health.proxy_routes(settings(tmp_path))
     assert not part.ok and part.critical
-    assert part.detail.startswith("2 running session(s), 1 without a route, 0 route(s)")
-    assert "bob" not in part.detail  # served without a login: no user's name
+    assert part.detail.startswith("1 running session(s) without a route, 0 route(s) to no")
+    assert "bob" not in part.detail and "2" not in part.detail  # no name, nor how many run
 
     app.users["bob"].spawners[""].ready = False  # bob's session stopped: its route is gone too
     asyncio.run(check.check())
@@ -83,3 +83,12 @@ def test_before_the_hub_runs_nothing_is_written(tmp_path):
     check = RouteCheck(lambda: None, tmp_path / FILE_NAME, interval=30)
     assert asyncio.run(check.check()) is None
     assert not (tmp_path / FILE_NAME).exists()
+
+
+def test_a_check_only_as_the_hub_starts_is_information_however_old(tmp_path):
+    app = hub({("alice", ""): True}, [("alice", "")])
+    check = RouteCheck(lambda: app, tmp_path / FILE_NAME, interval=0)
+    asyncio.run(check.run())  # one check, then the loop ends
+    later = datetime.now(UTC) + timedelta(hours=5)
+    part = health.proxy_routes(settings(tmp_path), now=later)
+    assert part.ok and not part.critical and "route_check_seconds = 0" in part.detail
