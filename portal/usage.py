@@ -248,39 +248,47 @@ def gpu_sample(figures, threshold, held):
     return sum(1 for u in known if u > threshold), round(sum(known) / len(known), 1)
 
 
-def slice_advice(sessions):
-    """What a user's latest sessions (``ProfileStore.session_gpu_use``, newest
-    first, those with the hub's GPU samples) say of their slices: a plain
-    sentence when every one of them used fewer GPUs than it held, else "".
+MIN_SAMPLES = 3  # a session's samples before its use says anything (3 minutes by default)
 
-    >>> s = lambda held, used: {"gpus": held, "gpus_used": used, "gpu_samples": 3}
+
+def slice_advice(sessions):
+    """What a user's latest ended sessions (``ProfileStore.session_gpu_use``,
+    newest first, those with the hub's GPU samples) say of their slices: a
+    plain sentence when every one that can say (``MIN_SAMPLES`` samples or
+    more, more than one GPU, one node: the hub reads the server's node)
+    used fewer GPUs than it held, else "".
+
+    >>> s = lambda held, used, n=3, nodes=1: {"gpus": held, "gpus_used": used,
+    ...                                       "gpu_samples": n, "nodes": nodes}
     >>> slice_advice([s(4, 1)] * 5)
     'Your last 5 sessions used 1 of their 4 GPUs: fewer would start sooner.'
     >>> slice_advice([s(4, 1), s(2, 0)])
     'Your last 2 sessions used at most 1 of their 2 to 4 GPUs: fewer would start sooner.'
-    >>> slice_advice([s(1, 0)])
-    'Your last session used none of its GPU: fewer would start sooner.'
-    >>> slice_advice([s(4, 1), s(4, 4)]), slice_advice([])
-    ('', '')
+    >>> slice_advice([s(4, 0), s(1, 0), s(2, 1, nodes=2)])
+    '1 of your last 3 sessions used none of its 4 GPUs: fewer would start sooner.'
+    >>> slice_advice([s(4, 1), s(4, 4)]), slice_advice([s(1, 0)]), slice_advice([s(4, 0, n=2)])
+    ('', '', '')
     """
     sessions = [s for s in sessions if s.get("gpu_samples") and s.get("gpus")]
-    if not sessions or any((s["gpus_used"] or 0) >= s["gpus"] for s in sessions):
+    told = [s for s in sessions if s["gpu_samples"] >= MIN_SAMPLES and s["gpus"] > 1
+            and s.get("nodes", 1) == 1]  # fmt: skip
+    if not told or any((s["gpus_used"] or 0) >= s["gpus"] for s in told):
         return ""
-    used = [s["gpus_used"] or 0 for s in sessions]
-    held = sorted({s["gpus"] for s in sessions})
-    n = len(sessions)
-    if n == 1:
-        whose, plural = "Your last session", "its"
+    used = [s["gpus_used"] or 0 for s in told]
+    held = sorted({s["gpus"] for s in told})
+    n, m = len(told), len(sessions)
+    plural = "its" if n == 1 else "their"
+    if n == m:
+        whose = "Your last session" if n == 1 else f"Your last {n} sessions"
     else:
-        whose, plural = f"Your last {n} sessions", "their"
+        whose = f"{n} of your last {m} sessions"
     held_text = f"{held[0]}" if len(held) == 1 else f"{held[0]} to {held[-1]}"
-    gpus_word = "GPU" if held == [1] else "GPUs"
     if max(used) == 0:
-        what = f"used none of {plural} {gpus_word}"
+        what = f"used none of {plural} {held_text} GPUs"
     elif len(set(used)) == 1 and len(held) == 1:
-        what = f"used {used[0]} of {plural} {held_text} {gpus_word}"
+        what = f"used {used[0]} of {plural} {held_text} GPUs"
     else:
-        what = f"used at most {max(used)} of {plural} {held_text} {gpus_word}"
+        what = f"used at most {max(used)} of {plural} {held_text} GPUs"
     return f"{whose} {what}: fewer would start sooner."
 
 

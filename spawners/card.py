@@ -206,14 +206,15 @@ class SessionCard:
         ) | {"gpu_advice": self.gpu_advice()}
 
     def gpu_advice(self):
-        """What the user's last sessions' sampled GPU use says of their
+        """What the user's last ended sessions' sampled GPU use says of their
         slices ("Your last 5 sessions used 1 of their 4 GPUs..."), or ""
         (``portal.usage.slice_advice``; ``spawners.gpu_use`` samples)."""
         store = getattr(self.profile_source, "store", None)
         if store is None:
             return ""
+        running = [s.job_id for s in self.user.spawners.values() if getattr(s, "job_id", "")]
         try:
-            return slice_advice(store.session_gpu_use(user=self.user.name))
+            return slice_advice(store.session_gpu_use(user=self.user.name, exclude=running))
         except Exception as e:  # noqa: BLE001 (the card shows the rest)
             self.log.error("The GPU use of %s's last sessions was not read: %s", self.user.name, e)
             return ""

@@ -74,8 +74,11 @@ class UsageMixin:
                 row.gpu_busy = await self.gpu_busy(jobs, row)
         portal = tuple(portal_groups(self.settings["site_settings"]))
         report = usage.summary(rows, since, until, lambda user: groups_of(user, portal))
-        # the viewer's own last sessions, whatever the period
-        report["advice"] = usage.slice_advice(self.store.session_gpu_use(user=name))
+        # the viewer's own last ended sessions, whatever the period
+        running = [r.job_id for r in rows if r.user == name and not r.end]
+        report["advice"] = usage.slice_advice(
+            self.store.session_gpu_use(user=name, exclude=running)
+        )
         return report
 
     async def gpu_busy(self, jobs, row):

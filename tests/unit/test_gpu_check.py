@@ -55,4 +55,5 @@ def test_the_watch_counts_what_the_rule_calls_busy_in_each_phase():
     assert train["hub_record"] == {"gpus": 1, "gpu_samples": 2, "gpus_used": 1, "gpu_busy": 30.5}
     assert train["advice"] == ""  # its one GPU was used
     idle = watcher.summary("idle")
-    assert idle["advice"] == "Your last session used none of its GPU: fewer would start sooner."
+    assert idle["hub_record"]["gpus_used"] == 0
+    assert idle["advice"] == ""  # one GPU: it cannot ask for fewer
