@@ -125,7 +125,7 @@ def bars(items, width=560, bar=18, gap=6):
     return {
         "width": width, "height": len(items) * (bar + gap) + gap,
         "bars": [{"label": label, "text": text, "y": gap + i * (bar + gap), "h": bar,
-                  "w": max(1, round(value / top * (width - 260)))}
+                  "w": max(1, round(value / top * (width - 290)))}
                  for i, (label, value, text) in enumerate(items)],
     }  # fmt: skip
 
