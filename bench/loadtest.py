@@ -42,8 +42,9 @@ def say(message):
 
 
 class PendingWatcher:
-    """Who of the run's users had a job pending: one ``squeue`` a second for
-    them all (not one per user, which at 100 users would be the load)."""
+    """Who of the run's users had a job queued (pending for a reason, such
+    as Resources: not one just submitted): one ``squeue`` a second for them
+    all (not one per user, which at 100 users would be the load)."""
 
     def __init__(self, prefix, every=1.0, squeue=None):
         self.prefix, self.every = prefix, every
@@ -54,13 +55,17 @@ class PendingWatcher:
     @staticmethod
     def _squeue():
         return subprocess.run(
-            ["squeue", "-h", "-t", "PENDING", "-o", "%u"], capture_output=True, text=True,
+            ["squeue", "-h", "-t", "PENDING", "-o", "%u %r"], capture_output=True, text=True,
             check=False,
         ).stdout  # fmt: skip
 
     def run(self):
         while True:
-            self.seen |= {u for u in self.squeue().split() if u.startswith(self.prefix)}
+            for line in self.squeue().splitlines():
+                user, _, reason = line.strip().partition(" ")
+                # "None": just submitted, not yet looked at; Resources, Priority...: queued
+                if user.startswith(self.prefix) and reason.strip() not in ("", "None"):
+                    self.seen.add(user)
             if self.stop.wait(self.every):
                 return
 

@@ -26,7 +26,8 @@ def test_p95_of_a_few_values_is_one_of_them():
 
 
 def test_one_squeue_a_round_tells_who_of_the_run_was_pending():
-    answers = iter(["drive001\nalice\n", "drive003\ndrive001\n", ""])
+    answers = iter(["drive001 Resources\nalice Priority\n", "drive003 Priority\ndrive001 None\n"
+                    "drive004 None\n", ""])  # fmt: skip
     calls = []
 
     def squeue():
@@ -37,5 +38,5 @@ def test_one_squeue_a_round_tells_who_of_the_run_was_pending():
     with watcher:
         while len(calls) < 4:
             time.sleep(0.01)
-    assert watcher.seen == {"drive001", "drive003"}  # alice is not of the run
+    assert watcher.seen == {"drive001", "drive003"}  # not alice; drive004 was only just submitted
     assert not watcher.thread.is_alive()
