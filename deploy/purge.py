@@ -31,6 +31,7 @@ from pathlib import Path
 from deploy import data_setup, mail_setup, nsswitch, prometheus_setup, slurm_conf
 from deploy.base import logger, main_of
 from deploy.hub_setup import extend_helper
+from portal import settings as site_settings
 from portal.helper import imagecheck, notebook
 
 log = logger("purge")
@@ -74,14 +75,28 @@ def under(home, home_root):
     return home.startswith(f"{home_root}/")
 
 
-def state_removed(state_root, images):
-    """What goes of the hubs' state root: all of it, but the way to the
-    images folder when that is in it and still there (a site's own images,
-    which purge_images kept)."""
-    if not images.is_dir() or not images.is_relative_to(state_root) or images == state_root:
-        return [state_root]
-    kept = state_root / images.relative_to(state_root).parts[0]
-    return [path for path in state_root.iterdir() if path != kept]
+def state_removed(state_roots, images):
+    """What goes of the hubs' state folders ``state_roots``: each whole, but
+    the way to the images folder when that is in one and still there (a
+    site's own images, which purge_images kept). Never a parent of one."""
+    removed = []
+    for root in state_roots:
+        if not images.is_dir() or not images.is_relative_to(root) or images == root:
+            removed.append(root)
+            continue
+        kept = root / images.relative_to(root).parts[0]
+        removed += [path for path in root.iterdir() if path != kept]
+    return removed
+
+
+def state_roots(settings):
+    """The hubs' state folders: the portal's own folder (``PORTAL_ROOT``:
+    the demo's hub by default, the tests' and the benchmarks' hubs, the
+    demo's directory and accounts) and [hub] state_dir when it is
+    elsewhere (a site's ``/var/lib/jupyterhub``), itself, not its parent."""
+    own = Path(site_settings.PORTAL_ROOT)
+    state = Path(site_settings.state_dir(settings))
+    return [own] if state.is_relative_to(own) else [own, state]
 
 
 # ---------------------------------------------------------------- removals
@@ -239,8 +254,7 @@ def purge_mail(settings):
 
 
 def purge_portal(settings):
-    state_root = Path(settings["hub"]["state_dir"]).parent  # every hub's state
-    remove(*state_removed(state_root, Path(settings["containers"]["images"])))
+    remove(*state_removed(state_roots(settings), Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
     remove(prometheus_setup.CONF_DIR, prometheus_setup.DATA)  # its series too
     helper = extend_helper()
@@ -261,6 +275,7 @@ def purge_portal(settings):
 
 
 def cmd_files(settings):
+    site_settings.state_dir(settings)  # refused before anything is removed
     if settings["cluster"]["embedded"]:
         purge_cluster(settings)
     purge_mail(settings)

@@ -138,6 +138,47 @@ def hub_api_ip(settings):
     return "127.0.0.1"
 
 
+# Folders that are never the portal's alone: a state folder there, or one
+# of them, would make ``make purge`` and ``portal uninstall`` remove what
+# other software keeps.
+SYSTEM_FOLDERS = frozenset(
+    "/ /bin /boot /dev /etc /home /lib /lib64 /media /mnt /opt /proc /root /run /sbin /srv "
+    "/sys /tmp /usr /usr/lib /usr/local /usr/share /var /var/cache /var/lib /var/log "
+    "/var/spool /var/tmp /var/www".split()
+)
+PORTAL_ROOT = "/var/lib/portal"
+"""The portal's own folder: its hubs' state by default, and the state of the
+tests' and benchmarks' hubs beside it, whatever [hub] state_dir a site sets."""
+
+
+def state_dir(settings):
+    """[hub] state_dir, checked to be a folder of the portal's own: a plain
+    absolute path, not a system folder (``SYSTEM_FOLDERS``) nor a home.
+    SettingsError naming the fix otherwise.
+
+    >>> state_dir({"hub": {"state_dir": "/var/lib/jupyterhub/"}})
+    '/var/lib/jupyterhub'
+    >>> try:
+    ...     state_dir({"hub": {"state_dir": "/var/lib"}})
+    ... except SettingsError as e:
+    ...     print(str(e)[:60])
+    [hub] state_dir = '/var/lib' is a system folder, not the por
+    """
+    value = settings["hub"]["state_dir"]
+    path = os.path.normpath(value) if value.startswith("/") else ""
+    if not path or path.startswith("//") or path != (value.rstrip("/") or "/"):
+        raise SettingsError(
+            f"[hub] state_dir = {value!r} must be a plain absolute path (no '.', '..' "
+            "or '//'), such as /var/lib/portal/hub"
+        )
+    if path in SYSTEM_FOLDERS or path.startswith("/home/"):
+        raise SettingsError(
+            f"[hub] state_dir = {value!r} is a system folder, not the portal's own: "
+            "name a folder of its own, such as /var/lib/portal/hub"
+        )
+    return path
+
+
 def cluster_snapshot(settings):
     """The file of the hub's shared Slurm poll, which the service reads."""
     path = settings["portal"]["cluster_snapshot"]

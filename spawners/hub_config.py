@@ -20,7 +20,7 @@ from portal.tlscontext import HSTS
 
 def configure_hub(c, settings):
     hub = settings["hub"]
-    state = Path(hub["state_dir"])
+    state = Path(site_settings.state_dir(settings))
     c.JupyterHub.bind_url = hub["bind_url"]
     c.JupyterHub.hub_ip = site_settings.hub_api_ip(settings)
     c.JupyterHub.hub_port = hub["api_port"]

@@ -1,11 +1,16 @@
 """What ``make purge`` removes (deploy/purge.py): only the people of the
 portal's directory, only the Slurm files that deploy/slurm.sh wrote, and
-only the container images that deploy/images.py built."""
+only the container images that deploy/images.py built; of the hubs' state,
+the portal's own folder and [hub] state_dir, never a parent of it."""
 
 import os
+from pathlib import Path
 
-from deploy.purge import people, purge_images, state_removed, under
+import pytest
+
+from deploy.purge import cmd_files, people, purge_images, state_removed, state_roots, under
 from deploy.slurm_conf import MARKER, ours
+from portal import settings as site_settings
 
 SLAPCAT = """dn: uid=alice,ou=people,dc=portal,dc=example
 objectClass: posixAccount
@@ -87,7 +92,31 @@ def test_the_state_root_goes_whole_unless_a_sites_images_are_in_it(tmp_path):
     root = tmp_path / "portal"
     (root / "hub").mkdir(parents=True)
     (root / "accounts.json").write_text("{}")
-    assert state_removed(root, root / "images") == [root]
+    assert state_removed([root], root / "images") == [root]
     (root / "images" / "ngc").mkdir(parents=True)
-    assert sorted(state_removed(root, root / "images")) == [root / "accounts.json", root / "hub"]
-    assert state_removed(root, tmp_path / "elsewhere") == [root]
+    assert sorted(state_removed([root], root / "images")) == [root / "accounts.json", root / "hub"]
+    assert state_removed([root], tmp_path / "elsewhere") == [root]
+
+
+def test_a_state_dir_elsewhere_goes_itself_never_its_parent(tmp_path):
+    own = site_settings.PORTAL_ROOT
+    default = {"hub": {"state_dir": "/var/lib/portal/hub"}}
+    assert state_roots(default) == [Path(own)]
+    site = {"hub": {"state_dir": "/var/lib/jupyterhub"}}
+    assert state_roots(site) == [Path(own), Path("/var/lib/jupyterhub")]
+    assert Path("/var/lib") not in state_removed(state_roots(site), tmp_path / "images")
+    # its images folder inside it, holding a site's image, stays
+    state = tmp_path / "jupyterhub"
+    (state / "images" / "ngc").mkdir(parents=True)
+    (state / "jupyterhub.sqlite").write_text("")
+    assert state_removed([state], state / "images") == [state / "jupyterhub.sqlite"]
+
+
+@pytest.mark.parametrize("state_dir", ["/var/lib", "/var/lib/", "/", "/srv", "/home/ada",
+                                       "var/lib/x", "/var/lib/../lib", "/opt"])  # fmt: skip
+def test_purge_refuses_a_state_dir_that_is_not_the_portals_own(state_dir, tmp_path):
+    settings = {"hub": {"state_dir": state_dir}, "cluster": {"embedded": True}}
+    with pytest.raises(site_settings.SettingsError, match=r"\[hub\] state_dir"):
+        cmd_files(settings)  # before anything is removed
+    with pytest.raises(site_settings.SettingsError, match=r"\[hub\] state_dir"):
+        state_roots(settings)
