@@ -26,7 +26,8 @@ Parts, each ``ok`` with what it saw or down with why:
 - ``free GPUs``: per partition (information: a full cluster is not down);
 - ``disk``: free space where the hub keeps its state (down under 1 GB).
 
-Nothing of a user's is in the answer: it is served without a login.
+Nothing of a user's is in the answer. The service tells an anonymous
+visitor up or down alone (``portal.service.health``).
 """
 
 import asyncio

@@ -4,7 +4,8 @@ with slurmctld stopped it exits 1 naming slurmctld, and the service's
 ``/services/portal/health`` answers 503 naming it, as JSON and as a page;
 started again, both are up again. A running session whose route the proxy
 lost (deleted through the proxy's API) makes both name the proxy's routes
-until the route is back."""
+until the route is back. An anonymous visitor of the endpoint learns up or
+down alone; the monitoring token and a logged-in user see every part."""
 
 import json
 import subprocess
@@ -13,11 +14,12 @@ import time
 
 import requests
 
+from portal import settings as site_settings
 from portal.service.health import FRESH_SECONDS
 from tests.support import REPO
 from tests.support.hubsettings import CA_CERT
 from tests.support.internaltls import proxy_api, proxy_call
-from tests.support.testhub import ROUTE_CHECK_SECONDS, STATE
+from tests.support.testhub import ROUTE_CHECK_SECONDS, SETTINGS_FILE, STATE
 
 
 def make_health(hub_env):
@@ -28,8 +30,41 @@ def make_health(hub_env):
     return run.returncode, run.stdout + run.stderr
 
 
-def endpoint(hub, **params):
-    return requests.get(f"{hub}/services/portal/health", params=params, verify=CA_CERT, timeout=60)
+def monitoring():
+    """The monitoring token's header (the token the login node's Prometheus holds)."""
+    token = site_settings.metrics_token_file(site_settings.load(str(SETTINGS_FILE)))
+    return {"Authorization": f"Bearer {token.read_text().strip()}"}
+
+
+def endpoint(hub, headers=None, **params):
+    """The endpoint, as the monitoring token asks it (``headers={}``: anonymously)."""
+    return requests.get(
+        f"{hub}/services/portal/health", params=params, verify=CA_CERT, timeout=60,
+        headers=monitoring() if headers is None else headers,
+    )  # fmt: skip
+
+
+def test_an_anonymous_visitor_learns_up_or_down_alone(hub, hub_env, portal):
+    wait_up(hub_env)
+    r = endpoint(hub, headers={}, format="json")
+    assert r.status_code == 200 and set(r.json()) == {"ok", "checked_at"}, r.text
+    assert r.json()["ok"] is True
+    for headers in ({}, {"Authorization": "Bearer " + "0" * 64}, {"Authorization": "Basic x"}):
+        page = endpoint(hub, headers=headers)
+        assert page.status_code == 200 and "The portal is up" in page.text
+        assert 'data-part="' not in page.text and "slurmctld" not in page.text
+        assert "127.0.0.1" not in page.text and "gpu" not in page.text.lower(), page.text
+        assert "parts" not in endpoint(hub, headers=headers, format="json").json()
+    # "Log in" leads through the hub's login back to the page, with its parts
+    r = requests.get(f"{hub}/services/portal/health", params={"detail": "1"}, verify=CA_CERT,
+                     allow_redirects=False, timeout=60)  # fmt: skip
+    assert r.status_code == 302 and "/hub/api/oauth2/authorize" in r.headers["Location"]
+    page = portal("alice").get("health")
+    assert page.status_code == 200 and 'data-part="slurmctld"' in page.text, page.text
+    r = portal("alice").get("health", params={"format": "json"})
+    assert {p["name"] for p in r.json()["parts"]} >= {"ldap", "slurmctld", "nodes"}, r.text
+    r = endpoint(hub, format="json")  # the monitoring token
+    assert r.status_code == 200 and "slurmctld" in {p["name"] for p in r.json()["parts"]}
 
 
 def wait_up(hub_env, timeout=90):
@@ -56,6 +91,8 @@ def test_health_names_slurmctld_while_it_is_down(hub, hub_env, slurmctld_down):
         time.sleep(FRESH_SECONDS + 1)  # the service's last answer is no longer fresh
         r = endpoint(hub, format="json")
         assert r.status_code == 503 and "slurmctld" in r.json()["down"], r.text
+        r = endpoint(hub, headers={}, format="json")
+        assert r.status_code == 503 and r.json()["ok"] is False and "down" not in r.json()
         page = endpoint(hub)
         assert page.status_code == 503 and "The portal is down: " in page.text
         assert 'data-part="slurmctld"' in page.text
