@@ -1,31 +1,11 @@
-"""JupyterHub configuration of the Data Scientist Portal.
-
-Site settings come from deploy/portal.toml merged with /etc/portal/portal.toml
-(or $PORTAL_CONFIG); see portal/settings.py. Python overrides for a site go in
-jupyterhub_config.d/*.py beside this file, loaded last in name order.
+"""JupyterHub configuration of the Data Scientist Portal, from a checkout:
+the package's own (spawners/jupyterhub_config.py, which ``portal hub``
+runs), then jupyterhub_config.d/*.py beside this file, in name order.
 """
 
 from pathlib import Path
 
-from portal import settings
-from spawners import hub_config
-
-site = settings.load()
-c = get_config()  # noqa: F821 (provided by JupyterHub)
-
-hub_config.configure_hub(c, site)
-hub_config.configure_internal_ssl(c, site)
-hub_config.configure_proxy(c, site)
-hub_config.configure_auth(c, site)
-hub_config.configure_spawner(c, site)
-hub_config.configure_service(c, site)
-hub_config.configure_admins(c, site)
-hub_config.configure_culling(c, site)
-hub_config.start_shared_poll(c)
-hub_config.check_extensions(site)
-hub_config.check_slurm_account(site)
-
-for extra in sorted((Path(__file__).parent / "jupyterhub_config.d").glob("*.py")):
-    exec(compile(extra.read_text(), str(extra), "exec"))
-
-hub_config.check_spawner_settings(c)
+here = Path(__file__).resolve().parent
+for config in [here / "spawners" / "jupyterhub_config.py",
+               *sorted((here / "jupyterhub_config.d").glob("*.py"))]:  # fmt: skip
+    exec(compile(config.read_text(), str(config), "exec"))

@@ -12,23 +12,27 @@ standard library alone, before any environment exists, from the scripts::
 run commands and touch files.
 """
 
-import grp
-import os
-import pwd
-import subprocess
 import sys
 from pathlib import Path
 from string import Template
 
 from portal import settings as site_settings
+from portal.setup.files import (  # noqa: F401 (the deploy modules' writers)
+    SetupError,
+    make_dir,
+    replace_file,
+    run,
+    write_if_changed,
+)
 
 DEPLOY_DIR = Path(__file__).resolve().parent
 REPO_DIR = DEPLOY_DIR.parent
 TEMPLATES = DEPLOY_DIR / "templates"
 
 
-class DeployError(Exception):
-    """A step that cannot go on; the message says why, and what to do."""
+class DeployError(SetupError):
+    """A step that cannot go on; the message says why, and what to do (a
+    SetupError, as the package's own setup raises them)."""
 
 
 def logger(script):
@@ -49,50 +53,6 @@ def load_settings():
     return site_settings.load()
 
 
-def write_if_changed(path, text, mode, owner="root", group="root"):
-    """Write ``text`` to ``path`` (through ``path.tmp``, with ``mode`` and the
-    owner) when its content differs; mode and owner are set either way.
-    True when it wrote."""
-    path = Path(path)
-    uid, gid = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
-    wrote = not path.is_file() or path.read_text() != text
-    if wrote:
-        replace_file(path, text, mode, uid, gid)
-    os.chown(path, uid, gid)
-    os.chmod(path, mode)
-    return wrote
-
-
-def replace_file(path, text, mode=0o600, uid=0, gid=0):
-    """``path`` replaced whole (through ``path.tmp``) by a file holding
-    ``text``, its owner's alone until its owner and ``mode`` are set."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(text)
-        # by the descriptor: a link put at tmp meanwhile changes nothing else
-        os.fchown(f.fileno(), uid, gid)
-        os.fchmod(f.fileno(), mode)
-    os.replace(tmp, path)
-
-
-def make_dir(path, mode=0o755, owner=None, group=None):
-    """``install -d -m MODE [-o OWNER -g GROUP] PATH``: missing parents made
-    0755, the folder itself given the mode (and owner) whether new or not."""
-    path = Path(path)
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    path.mkdir(mode=mode, exist_ok=True)
-    if owner:
-        os.chown(path, pwd.getpwnam(owner).pw_uid, grp.getgrnam(group or owner).gr_gid)
-    os.chmod(path, mode)
-
-
-def run(argv, **kwargs):
-    """Run a command (its output is the caller's); CalledProcessError on failure."""
-    return subprocess.run(argv, check=True, **kwargs)
-
-
 def main_of(commands, log, usage=None):
     """A module's ``main``: ``commands`` maps each subcommand to a function
     of the settings and the further arguments. A DeployError is logged as
@@ -105,7 +65,7 @@ def main_of(commands, log, usage=None):
             return 2
         try:
             return commands[argv[0]](load_settings(), *argv[1:]) or 0
-        except (DeployError, site_settings.SettingsError) as e:
+        except (SetupError, site_settings.SettingsError) as e:
             log(f"error: {e}")
             return 1
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The hub and its proxy: start | stop | restart (the hub alone) | status | url
-# | proxy (the proxy alone). deploy/hub_setup.py prepares their files, as
-# root, and says why; here they start, each as its own account.
+# | proxy (the proxy alone). As a site's administrator would: the portal is
+# installed onto this host by `portal setup` (portal/setup/), after the
+# demo's own part (deploy/hub_setup.py prepare: its names, its local CA);
+# then `portal proxy` and `portal hub` start, each as its own account, as a
+# site's systemd units run them (this host runs no systemd).
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 eval "$(deploy_py hub_setup shell || echo exit 1)"   # STATE, HUB_PID, URL, ...
@@ -24,7 +27,11 @@ clean_env() {
     export PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 }
 as_hub_user() { setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups "$@"; }
-prepare() { ensure_service_accounts; deploy_py hub_setup prepare; }
+prepare() {
+    ensure_service_accounts
+    deploy_py hub_setup prepare
+    "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
+}
 
 # In a subshell about to exec as the hub's account: its state folder, and
 # its own environment alone, with this checkout first on its Python path
@@ -44,19 +51,6 @@ new_proxy_token() {
     printf '%s' "$token"
 }
 
-# The hub's internal CAs and certificates, made when missing by the hub's
-# account with the hub's configuration; then the proxy's copies.
-internal_certs() {
-    local output
-    if ! as_hub_user test -s "$INTERNAL_CERTS/proxy-client/proxy-client.key"; then
-        log "making the hub's internal CAs and certificates in $INTERNAL_CERTS"
-        output=$(enter_hub_env && exec setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups --inh-caps=-all -- \
-            "$HUB_ENV/bin/jupyterhub" --generate-certs -f "$REPO_DIR/jupyterhub_config.py" 2>&1) ||
-            { printf '%s\n' "$output" >&2; die "jupyterhub --generate-certs failed; its output is above"; }
-    fi
-    deploy_py hub_setup proxy-certs "$INTERNAL_CERTS"
-}
-
 # A running proxy started with the other [tls] internal would refuse the hub
 # (or the hub it): say so before anything stops. (One started before there
 # was a choice speaks plain HTTP inside.)
@@ -70,17 +64,15 @@ check_running_proxy() {
 
 start_proxy() {
     pid_alive "$PROXY_PID" && return 0
-    local args token
-    [ "$PORTAL_TLS_INTERNAL" = 1 ] && internal_certs
-    mapfile -t args < <(deploy_py hub_setup proxy-args)
+    local token
     token=$(new_proxy_token)
     log "starting configurable-http-proxy on $PROXY_BIND as $PROXY_USER$PROXY_NOTE"
     # The token reaches the proxy in its environment alone, never in argv.
     (
-        clean_env
+        clean_env PORTAL_CONFIG
         export CONFIGPROXY_AUTH_TOKEN=$token
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
-            configurable-http-proxy "${args[@]}"
+            "$HUB_ENV/bin/portal" proxy
     ) </dev/null >>"$PROXY_LOG" 2>&1 &
     echo $! > "$PROXY_PID"
     echo "$PORTAL_TLS_INTERNAL" > "$PROXY_INTERNAL"
@@ -95,7 +87,7 @@ start_hub() {
     (enter_hub_env && exec nohup \
         setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups --inh-caps=-all -- \
         sh -c 'log=$1; shift; exec "$@" >>"$log" 2>&1' sh "$HUB_LOG" \
-        "$HUB_ENV/bin/jupyterhub" -f "$REPO_DIR/jupyterhub_config.py" "$@") \
+        "$HUB_ENV/bin/portal" hub "$@") \
         </dev/null >/dev/null 2>&1 &
     echo $! > "$HUB_PID"
 }

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from deploy import data_setup, mail_setup, nsswitch, prometheus_setup, slurm_conf
 from deploy.base import logger, main_of
-from deploy.hub_setup import extend_helper
 from portal import settings as site_settings
+from portal.helper import extend as extendhelper
 from portal.helper import imagecheck, notebook
 
 log = logger("purge")
@@ -257,11 +257,9 @@ def purge_portal(settings):
     remove(*state_removed(state_roots(settings), Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
     remove(prometheus_setup.CONF_DIR, prometheus_setup.DATA)  # its series too
-    helper = extend_helper()
-    remove(
-        helper["REGISTRY"], helper["INSTALLED_AT"], imagecheck.INSTALLED_AT, notebook.INSTALLED_AT
-    )
-    rmdir(Path(helper["INSTALLED_AT"]).parent, Path(helper["REGISTRY"]).parent)
+    helper = extendhelper
+    remove(helper.REGISTRY, helper.INSTALLED_AT, imagecheck.INSTALLED_AT, notebook.INSTALLED_AT)
+    rmdir(Path(helper.INSTALLED_AT).parent, Path(helper.REGISTRY).parent)
     for user in (settings["hub"]["user"], settings["hub"]["proxy_user"]):
         uid = subprocess.run(["id", "-u", user], capture_output=True, text=True)
         if uid.returncode:

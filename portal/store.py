@@ -355,6 +355,13 @@ class ProfileStore:
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
 
+    def schema(self):
+        """The store's schema revision (alembic's), None for an empty store."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
     def seed(self, profiles, author="site settings"):
         """Store those of ``profiles`` (dicts of the site settings) whose names the
         store has never held, after its own; returns their names. A profile the

@@ -2,7 +2,7 @@
 
 - pure (``portal.core``, ``portal.slurm``, ``portal.settings``,
   ``portal.contract``, ``portal.roles``, ``portal.tlscontext``,
-  ``portal.helper``): no jupyterhub, batchspawner, tornado or jupyter_server,
+  ``portal.helper``, ``portal.setup``): no jupyterhub, batchspawner, tornado or jupyter_server,
   and nothing of the processes below nor of the shared layer;
 - shared (``portal.store``, ``portal.extend``, ``portal.migrations``): used
   by the hub and the service; the pure layer only, no web framework;
@@ -12,8 +12,9 @@
 - the hub (``spawners``): never the service's or the session's;
 - the deploy tool (``deploy``): the pure layer only;
 - the hub's configuration (``spawners.hub_config``) is imported by the
-  JupyterHub configuration files alone (``jupyterhub_config.py``, and the
-  stock hub's ``bench/stock_config.py``), never by other code;
+  JupyterHub configuration files alone (``jupyterhub_config.py``, the
+  package's ``spawners/jupyterhub_config.py`` and the stock hub's
+  ``bench/stock_config.py``), never by other code;
 - ``bench`` uses the tests' support library (``tests.support``) only;
 - no cycle between packages.
 
@@ -34,10 +35,10 @@ from portal.core.slice import SliceError, make_slice
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("portal", "spawners", "deploy", "bench")
-CONFIG_FILES = {"jupyterhub_config", "bench.stock_config"}
+CONFIG_FILES = {"jupyterhub_config", "spawners.jupyterhub_config", "bench.stock_config"}
 FRAMEWORKS = ("jupyterhub", "batchspawner", "tornado", "jupyter_server")
 PURE = ("portal.core", "portal.slurm", "portal.settings", "portal.contract", "portal.roles",
-        "portal.tlscontext", "portal.helper")  # fmt: skip
+        "portal.tlscontext", "portal.helper", "portal.setup")  # fmt: skip
 SHARED = ("portal.store", "portal.extend", "portal.migrations", "portal.notebookjobs",
           "portal.health", "portal.usage")  # fmt: skip
 HUB, SERVICE, SESSION = ("spawners",), ("portal.service",), ("portal.session",)
