@@ -143,7 +143,13 @@ def configure_proxy(c, settings):
 def configure_auth(c, settings):
     """ldapauthenticator's traits from [ldap], refused at start when they
     cannot work (``spawners.ldap_settings.check_ldap``)."""
-    from spawners.ldap_settings import MEMBER_OF, MEMBERSHIP, check_ldap, read_password_file
+    from spawners.ldap_settings import (
+        MEMBER_OF,
+        MEMBERSHIP,
+        check_ldap,
+        hub_account_uids,
+        read_password_file,
+    )
 
     ldap = settings["ldap"]
     check_ldap(settings)
@@ -172,7 +178,7 @@ def configure_auth(c, settings):
         # hub's memory, never in argv or an environment
         c.LDAPAuthenticator.lookup_dn_search_user = ldap["lookup_bind_dn"]
         c.LDAPAuthenticator.lookup_dn_search_password = read_password_file(
-            ldap["lookup_password_file"]
+            ldap["lookup_password_file"], hub_account_uids(settings["hub"]["user"])
         )
     c.LDAPAuthenticator.allowed_groups = list(ldap["allowed_groups"])
     search_filter, attributes = MEMBERSHIP[ldap["group_membership"]]

@@ -7,6 +7,7 @@ refusal, at start, of settings that cannot work.
 """
 
 import os
+import pwd
 import re
 import stat
 
@@ -65,27 +66,37 @@ def member_of_groups(allowed_groups, member_of):
     return [group for group in allowed_groups or [] if dn_key(group) in held]
 
 
-def read_password_file(path, uid=None):
-    """The password in ``path`` (its first line), which must be a file of the
-    hub's account (``uid``, default: this process's) that nobody else may
-    read: ValueError naming the fix otherwise."""
-    uid = os.geteuid() if uid is None else uid
-    setting = f"[ldap] lookup_password_file = {path!r}"
+def hub_account_uids(hub_user):
+    """The owners a secret of the hub may have: root, the hub's account
+    ([hub] user, when it exists here) and the account this process runs as."""
+    uids = {0, os.geteuid()}
+    try:
+        uids.add(pwd.getpwnam(hub_user).pw_uid)
+    except KeyError:
+        pass
+    return uids
+
+
+def read_password_file(path, owners):
+    """The password in ``path`` (its first line), which must be a plain file
+    owned by one of the uids ``owners`` (``hub_account_uids``) that nobody
+    else may read or write: ValueError naming the fix otherwise."""
+    setting = f"[ldap] lookup_password_file = {str(path)!r}"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
         raise ValueError(
-            f"{setting}: cannot open it as the hub's account ({e.strerror}): it must be a "
-            f"file, not a link, owned by the hub's account (uid {uid}), mode 0600"
+            f"{setting}: cannot open it ({e.strerror}): it must be a file, not a link, "
+            "owned by the hub's account ([hub] user), mode 0600"
         ) from None
     with os.fdopen(fd) as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{setting}: not a plain file")
-        if info.st_uid not in (uid, 0):
+        if info.st_uid not in owners:
             raise ValueError(
-                f"{setting}: owned by uid {info.st_uid}, not by the hub's account (uid {uid}) "
-                f"or root: chown it to the hub's account"
+                f"{setting}: owned by uid {info.st_uid}, not by the hub's account ([hub] user) "
+                "or root: chown it to the hub's account"
             )
         if info.st_mode & 0o077:
             raise ValueError(
