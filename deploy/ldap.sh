@@ -79,13 +79,13 @@ cmd_start() {
     deploy_py ldap_setup migrate
     start_nslcd
     deploy_py ldap_setup homes
-    log "up: slapd on $LISTEN_URI (base $BASE_DN, StartTLS), nslcd resolves its users"
+    log "up: slapd on $LISTEN_URIS (base $BASE_DN, StartTLS), nslcd resolves its users"
 }
 
 cmd_status() {
     local rc=0
     if slapd_alive; then
-        echo "slapd: running (pid $(cat "$SLAPD_PID")) on $LISTEN_URI, base $BASE_DN"
+        echo "slapd: running (pid $(cat "$SLAPD_PID")) on $LISTEN_URIS, base $BASE_DN"
     else
         echo "slapd: stopped (port $PORT)"; rc=3
     fi
