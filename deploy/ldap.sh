@@ -4,7 +4,7 @@
 #     deploy/ldap.sh start|stop|status|accounts
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
-eval "$(deploy_py ldap_setup shell || echo exit 1)"   # LDAP_DIR, SLAPD_PID, LISTEN_URI, ...
+eval "$(deploy_py ldap_setup shell || echo exit 1)"   # LDAP_DIR, SLAPD_PID, LISTEN_URIS, ...
 
 ldap_tls() { LDAPTLS_CACERT=$CA_CERT LDAPTLS_REQCERT=demand "$@"; }
 
@@ -17,7 +17,7 @@ port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null;
 slapd_alive() { pid_alive "$SLAPD_PID" slapd; }
 
 start_slapd() {
-    local cmd=(slapd -u openldap -g openldap -f "$SLAPD_CONF" -h "$LISTEN_URI") have
+    local cmd=(slapd -u openldap -g openldap -f "$SLAPD_CONF" -h "$LISTEN_URIS") have
     if slapd_alive; then
         # A changed port shows in the command line, not in slapd.conf.
         have=$(tr '\0' ' ' <"/proc/$(cat "$SLAPD_PID")/cmdline")
@@ -30,7 +30,7 @@ start_slapd() {
     fi
     rm -f "$SLAPD_PID"
     port_taken && die "port $PORT is taken by another process (ss -ltnp 'sport = :$PORT')"
-    log "starting slapd on $LISTEN_URI"
+    log "starting slapd on $LISTEN_URIS"
     # slapd forks once it listens. It logs to syslog only (none may run):
     # on failure, run it in the foreground to see why.
     "${cmd[@]}" || die "slapd did not start; to see why: ${cmd[*]} -d config,stats"
@@ -79,13 +79,13 @@ cmd_start() {
     deploy_py ldap_setup migrate
     start_nslcd
     deploy_py ldap_setup homes
-    log "up: slapd on $LISTEN_URI (base $BASE_DN, StartTLS), nslcd resolves its users"
+    log "up: slapd on $LISTEN_URIS (base $BASE_DN, StartTLS), nslcd resolves its users"
 }
 
 cmd_status() {
     local rc=0
     if slapd_alive; then
-        echo "slapd: running (pid $(cat "$SLAPD_PID")) on $LISTEN_URI, base $BASE_DN"
+        echo "slapd: running (pid $(cat "$SLAPD_PID")) on $LISTEN_URIS, base $BASE_DN"
     else
         echo "slapd: stopped (port $PORT)"; rc=3
     fi

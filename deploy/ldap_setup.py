@@ -11,9 +11,19 @@ daemons; this module writes their configuration and computes the changes::
     deploy/ldap.sh status     # exit 0 if both run, else 3
     deploy/ldap.sh accounts   # print the demo accounts and their passwords
 
+A subtree of the base, ``ou=site`` (empty, no entry made here), is kept as
+a site's directory may be: anonymous clients may bind there but not read or
+search it, and OpenLDAP's memberof overlay keeps the ``memberOf`` of users
+in groupOfNames groups. The tests of a site's [ldap] settings (a service
+account, groupOfNames and memberOf membership) add their entries there and
+remove them after; the demo's own users and posixGroup groups stay readable
+by all, as nslcd reads them anonymously.
+
 Transport: slapd offers StartTLS with [tls] cert and key (its own copy of
 the key, readable by openldap only) and refuses a bind with a password
-before it ("Confidentiality required"); anonymous reads stay allowed. nslcd,
+before it ("Confidentiality required"); anonymous reads stay allowed. With
+[cluster] ldaps_port it also serves LDAPS there (loopback), with the same
+certificate. nslcd,
 the admin binds here and the hub use StartTLS and check the certificate
 against [tls] ca_cert. A new certificate, key or CA restarts slapd (a new
 CA, nslcd too): slapd.conf and nslcd.conf carry a checksum of their TLS
@@ -96,6 +106,7 @@ class Layout:
     base_dn: str
     admin_dn: str
     port: int
+    ldaps_port: int
     server_address: str
     ca_cert: str
     tls_cert: str
@@ -111,6 +122,7 @@ class Layout:
             ldap["base_dn"],
             cluster["ldap_admin_dn"],
             ldap["server_port"],
+            cluster["ldaps_port"],
             ldap["server_address"],
             tls["ca_cert"],
             tls["cert"],
@@ -127,6 +139,13 @@ class Layout:
     groups_dn = property(lambda self: f"ou=groups,{self.base_dn}")
     # slapd listens on loopback only; nslcd and the hub use the configured address.
     listen_uri = property(lambda self: f"ldap://127.0.0.1:{self.port}/")
+    # and LDAPS beside it ([cluster] ldaps_port; 0: none), what slapd -h gets
+    listen_uris = property(
+        lambda self: (
+            self.listen_uri + (f" ldaps://127.0.0.1:{self.ldaps_port}/" if self.ldaps_port else "")
+        )
+    )
+    site_dn = property(lambda self: f"ou=site,{self.base_dn}")
     server_uri = property(lambda self: f"ldap://{self.server_address}:{self.port}/")
 
     def mail_of(self, name):
@@ -157,6 +176,7 @@ def slapd_conf(layout, tls_sum, rootpw):
         admin_dn=layout.admin_dn,
         rootpw=rootpw,
         data_dir=layout.data_dir,
+        site_dn=layout.site_dn,
     )
 
 
@@ -298,6 +318,7 @@ def shell_lines(layout):
         "BASE_DN": layout.base_dn,
         "PORT": layout.port,
         "LISTEN_URI": layout.listen_uri,
+        "LISTEN_URIS": layout.listen_uris,
         "SERVER_URI": layout.server_uri,
         "CA_CERT": layout.ca_cert,
         "NSLCD_CONF": NSLCD_CONF,

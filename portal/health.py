@@ -80,7 +80,8 @@ def _ldap_bind(settings):
     import ldap3
 
     ldap = settings["ldap"]
-    tls = ldap3.Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=settings["tls"]["ca_cert"])
+    ca = site_settings.ldap_ca_cert(settings)
+    tls = ldap3.Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=ca)
     strategy = ldap["tls_strategy"]
     server = ldap3.Server(
         ldap["server_address"], port=ldap["server_port"], use_ssl=strategy == "on_connect",

@@ -208,6 +208,12 @@ def internal_certs_location(settings):
     return str(Path(settings["hub"]["state_dir"]) / "internal-ssl")
 
 
+def ldap_ca_cert(settings):
+    """The CA file the directory's certificate is checked against: [ldap]
+    ca_cert, or the web certificate's [tls] ca_cert when that is unset."""
+    return settings["ldap"]["ca_cert"] or settings["tls"]["ca_cert"]
+
+
 def metrics_token_file(settings):
     """The monitoring service's token (``read:metrics`` alone), the hub's
     copy: ``metrics-token`` in [hub] state_dir, made by deploy/hub.sh."""

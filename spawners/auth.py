@@ -12,6 +12,13 @@ are portal admins through the hub group of that name, which holds the
 ``portal-admin`` role (``spawners.hub_config.configure_admins``); JupyterHub's
 admin role is for the accounts a site names in ``Authenticator.admin_users``.
 
+Group membership is searched as [ldap] group_membership says
+(``spawners.ldap_settings``): ldapauthenticator's group search of each
+allowed group (``posixGroup``: memberUid, ``groupOfNames``: member), or the
+user's own ``memberOf`` (``member_of``). ldapauthenticator's binds and
+searches are synchronous: a login runs them in a thread, as a refresh does,
+so that the hub's event loop is never held by the directory.
+
 Password guessing is slowed, then refused, per user name (``spawners.throttle``):
 ``authenticate`` asks the throttle before ldapauthenticator binds, so a
 locked-out name gets HTTP 429 without LDAP being asked, even with the right
@@ -24,15 +31,15 @@ import math
 import ldap3
 from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
 from ldap3.core.results import RESULT_NO_SUCH_OBJECT, RESULT_SUCCESS
-from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
-from traitlets import Float, Instance, Integer, List, default
+from traitlets import Bool, Float, Instance, Integer, List, default
 
 from portal.core.durations import describe_wait
 from portal.settings import defaults, group_name
 from spawners.jupyterhub_patches import mark_cookie_request
+from spawners.ldap_settings import MEMBER_OF, group_search, member_of_groups
 from spawners.throttle import LoginThrottle
 
 LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
@@ -90,6 +97,19 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         ``auth_refresh_age``.
 
         Example: ``["cn=portal-admins,ou=groups,dc=example,dc=org"]``. Default: none.
+        """,
+    ).tag(config=True)
+
+    member_of = Bool(
+        False,
+        help="""Whether a user's groups are the ``allowed_groups`` named by the
+        ``memberOf`` attribute of the user's own entry (FreeIPA, 389-ds, Active
+        Directory, OpenLDAP's memberof overlay), rather than those whose entry
+        matches ``group_search_filter``. ``memberOf`` must be in
+        ``auth_state_attributes``, which reads it at login.
+
+        Default: False (deploy/portal.toml [ldap] group_membership = "memberOf"
+        sets it). Example: ``True``.
         """,
     ).tag(config=True)
 
@@ -176,7 +196,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         name = self.normalize_username(data.get("username") or "")
         await self.wait_for_turn(name)
         try:
-            model = await super().authenticate(handler, data)
+            model = await asyncio.to_thread(self.bind_and_search, handler, data)
         except LDAPException:
             self.login_throttle.abandoned(name)
             # A refused password returns None; this is the directory failing.
@@ -201,6 +221,17 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         self.log.info(
             "LDAP login of %s: groups %s", model["name"], ", ".join(model["groups"]) or "none"
         )
+        return model
+
+    def bind_and_search(self, handler, data):
+        """ldapauthenticator's login (the DN lookup, the bind, the group search
+        and the attributes), blocking: run it in a thread. With ``member_of``,
+        the groups are those the user's ``memberOf`` names."""
+        model = asyncio.run(LDAPAuthenticator.authenticate(self, handler, data))
+        if model is not None and self.member_of:
+            state = model["auth_state"]
+            member_of = state.get("user_attributes", {}).get(MEMBER_OF)
+            state["ldap_groups"] = member_of_groups(self.allowed_groups, member_of)
         return model
 
     async def wait_for_turn(self, name):
@@ -302,13 +333,17 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         (``lookup_dn_search_user``, anonymous when unset) with the login's
         TLS settings, finds the user's DN as the login does (``lookup_dn`` or
         the first ``bind_dn_template`` that names an entry) and runs the
-        login's group search. Raises LDAPException when the directory fails.
+        login's group search (or reads the entry's ``memberOf``). Raises
+        LDAPException when the directory fails.
         """
 
         def groups(conn, found, username, userdn):
-            member = self.group_search_filter.format(
-                userdn=escape_filter_chars(userdn), uid=escape_filter_chars(username)
-            )
+            if self.member_of:
+                if not found(userdn, "(objectClass=*)", [MEMBER_OF]):
+                    return []
+                values = conn.entries[0].entry_attributes_as_dict.get(MEMBER_OF)
+                return member_of_groups(self.allowed_groups, values)
+            member = group_search(self.group_search_filter, userdn, username)
             return [
                 group
                 for group in self.allowed_groups or []

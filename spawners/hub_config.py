@@ -141,19 +141,53 @@ def configure_proxy(c, settings):
 
 
 def configure_auth(c, settings):
+    """ldapauthenticator's traits from [ldap], refused at start when they
+    cannot work (``spawners.ldap_settings.check_ldap``)."""
+    from spawners.ldap_settings import (
+        MEMBER_OF,
+        MEMBERSHIP,
+        check_ldap,
+        hub_account_uids,
+        read_password_file,
+    )
+
     ldap = settings["ldap"]
+    check_ldap(settings)
     c.JupyterHub.authenticator_class = "spawners.auth.PortalLDAPAuthenticator"
     c.LDAPAuthenticator.server_address = ldap["server_address"]
     c.LDAPAuthenticator.server_port = ldap["server_port"]
     c.LDAPAuthenticator.tls_strategy = ldap["tls_strategy"]
-    # ldap3 checks no certificate unless told to
+    # ldap3 checks no certificate unless told to; the directory's CA may
+    # differ from the web certificate's
     c.LDAPAuthenticator.tls_kwargs = {
         "validate": ssl.CERT_REQUIRED,
-        "ca_certs_file": settings["tls"]["ca_cert"],
+        "ca_certs_file": site_settings.ldap_ca_cert(settings),
     }
-    c.LDAPAuthenticator.bind_dn_template = [ldap["bind_dn_template"]]
+    people = ldap["user_search_base"] or f"ou=people,{ldap['base_dn']}"
+    c.LDAPAuthenticator.user_search_base = people
+    if ldap["bind_dn_template"]:
+        c.LDAPAuthenticator.bind_dn_template = [ldap["bind_dn_template"]]
+    else:
+        # the one entry under user_search_base whose user_attribute is the name
+        c.LDAPAuthenticator.lookup_dn = True
+        c.LDAPAuthenticator.user_attribute = ldap["user_attribute"]
+        c.LDAPAuthenticator.lookup_dn_user_dn_attribute = ldap["user_attribute"]
+    if ldap["lookup_bind_dn"]:
+        # the service account of the DN lookup and of the refreshes
+        # (PortalLDAPAuthenticator.lookup_groups); its password stays in the
+        # hub's memory, never in argv or an environment
+        c.LDAPAuthenticator.lookup_dn_search_user = ldap["lookup_bind_dn"]
+        c.LDAPAuthenticator.lookup_dn_search_password = read_password_file(
+            ldap["lookup_password_file"], hub_account_uids(settings["hub"]["user"])
+        )
     c.LDAPAuthenticator.allowed_groups = list(ldap["allowed_groups"])
-    c.LDAPAuthenticator.user_search_base = f"ou=people,{ldap['base_dn']}"
+    search_filter, attributes = MEMBERSHIP[ldap["group_membership"]]
+    c.LDAPAuthenticator.group_search_filter = search_filter
+    c.LDAPAuthenticator.group_attributes = attributes
+    if ldap["group_membership"] == MEMBER_OF:
+        # read with the user's entry at login; groups from it (PortalLDAPAuthenticator.member_of)
+        c.LDAPAuthenticator.auth_state_attributes = [MEMBER_OF]
+        c.PortalLDAPAuthenticator.member_of = True
     c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
     # Group changes in LDAP apply within refresh_seconds, and before any spawn
     # (PortalLDAPAuthenticator.refresh_user).

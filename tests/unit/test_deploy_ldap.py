@@ -57,7 +57,22 @@ def test_slapd_conf_names_the_settings_and_refuses_password_binds_without_tls():
     assert "# TLS files: 0123456789abcdef\n" in text
     assert "security simple_bind=128\n" in text
     assert "pidfile /run/portal/slapd/slapd.pid\n" in text
-    assert text.endswith("    by * read\n")
+    assert "access to *\n    by * read\n" in text
+
+
+def test_the_site_subtree_refuses_anonymous_search_and_keeps_member_of():
+    """ou=site, where the tests try a site's [ldap] settings: a bound
+    account reads it, an anonymous client may only bind; its groupOfNames
+    groups fill their users' memberOf."""
+    text = slapd_conf(LAYOUT, "0123456789abcdef", "{SSHA}root")
+    site = (
+        'access to dn.subtree="ou=site,dc=portal,dc=example"\n'
+        "    by users read\n    by anonymous auth\n    by * none\n"
+    )
+    # after the passwords' rule, before the one that lets anybody read the rest
+    assert text.index("access to attrs=userPassword") < text.index(site)
+    assert text.index(site) < text.index("access to *\n")
+    assert "moduleload memberof\n" in text and text.endswith("overlay memberof\n")
 
 
 def test_a_new_certificate_changes_the_configs():
@@ -179,11 +194,19 @@ def test_a_migrated_directory_or_an_admins_change_is_left_alone():
 
 def test_the_scripts_facts_survive_the_shell():
     out = subprocess.run(
-        ["bash", "-c", 'eval "$1"; printf "%s|" "$LISTEN_URI" "$BASE_DN" "$NSLCD_PID"', "sh",
+        ["bash", "-c", 'eval "$1"; printf "%s|" "$LISTEN_URIS" "$BASE_DN" "$NSLCD_PID"', "sh",
          "\n".join(shell_lines(LAYOUT))],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert out.stdout == "ldap://127.0.0.1:3890/|dc=portal,dc=example|/run/nslcd/nslcd.pid|"
+    assert out.stdout == (
+        "ldap://127.0.0.1:3890/ ldaps://127.0.0.1:6360/|dc=portal,dc=example|/run/nslcd/nslcd.pid|"
+    )
+
+
+def test_ldaps_is_offered_beside_starttls_unless_turned_off():
+    assert LAYOUT.listen_uris == "ldap://127.0.0.1:3890/ ldaps://127.0.0.1:6360/"
+    off = Layout.of(merge(SETTINGS, {"cluster": {"ldaps_port": 0}}))
+    assert off.listen_uris == off.listen_uri == "ldap://127.0.0.1:3890/"
 
 
 NSSWITCH = (
