@@ -3,10 +3,11 @@ next ``make up`` or ``make test`` is a first start (.ci/run starts with it: a
 warm machine has hidden first-start bugs before). deploy/purge.sh stops
 every job and the portal's processes (the hubs, their services and proxies
 as the service accounts, ``make down``); this module then removes what
-``make up`` and the tests made: the hubs' state, the service accounts
-(portal, portal-proxy), the sudoers rules, the extension helper and the
-hubs' registrations with it, the image check helper, the certificates and
-the local CA, the container images that deploy/images.py built
+``make up`` and the tests made: the hubs' state (the portal's own folder,
+and [hub] state_dir itself, never its parent), what ``portal setup`` made
+(its units, the service accounts portal and portal-proxy, the sudoers
+rules, the extension helper and the hubs' registrations with it, the image
+check helper), the certificates and the local CA, the container images that deploy/images.py built
 ([containers] images), and, for the embedded cluster ([cluster] embedded),
 the LDAP directory with the demo and test accounts and their homes,
 Slurm's state and configuration, the accounting database (MariaDB's data),
@@ -33,6 +34,7 @@ from deploy.base import logger, main_of
 from portal import settings as site_settings
 from portal.helper import extend as extendhelper
 from portal.helper import imagecheck, notebook
+from portal.setup import install, units
 
 log = logger("purge")
 
@@ -253,9 +255,20 @@ def purge_mail(settings):
             remove(*(os.path.join(folder, name) for name in os.listdir(folder)))
 
 
+def purge_units():
+    """The units ``portal setup`` wrote (stopped first where systemd runs)."""
+    paths = [Path(units.UNIT_DIR) / name for name in (units.HUB_UNIT, units.PROXY_UNIT)]
+    if install.systemd_runs() and any(p.exists() for p in paths):
+        subprocess.run(["systemctl", "disable", "--now", units.HUB_UNIT, units.PROXY_UNIT],
+                       capture_output=True)  # fmt: skip
+    remove(*paths)
+
+
 def purge_portal(settings):
+    purge_units()
     remove(*state_removed(state_roots(settings), Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
+    remove(install.MANIFEST, install.PROXY_TOKEN_ENV)
     remove(prometheus_setup.CONF_DIR, prometheus_setup.DATA)  # its series too
     helper = extendhelper
     remove(helper.REGISTRY, helper.INSTALLED_AT, imagecheck.INSTALLED_AT, notebook.INSTALLED_AT)
