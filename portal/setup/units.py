@@ -19,10 +19,13 @@ Hardening, in both (``systemd-analyze security`` reads them):
 /etc read-only), ``ProtectKernelTunables``, ``ProtectKernelModules``,
 ``ProtectKernelLogs``, ``ProtectControlGroups``, ``ProtectClock``,
 ``ProtectHostname``, ``RestrictRealtime``, ``LockPersonality``,
-``SystemCallArchitectures=native``, ``RestrictAddressFamilies`` (IP and
+``SystemCallArchitectures=native``, ``ProtectProc=invisible`` (other
+users' processes unseen), ``RemoveIPC``, ``RestrictAddressFamilies`` (IP and
 Unix sockets; the hub also netlink, for its addresses), ``UMask=0077``,
 and for the proxy ``NoNewPrivileges``, ``RestrictSUIDSGID``,
-``RestrictNamespaces`` and an empty capability set.
+``RestrictNamespaces``, ``ProcSubset=pid``, ``PrivateUsers`` and an empty
+capability set (``CAP_NET_BIND_SERVICE`` alone, without ``PrivateUsers``,
+when it listens on a port under 1024 itself).
 
 The hub goes without ``NoNewPrivileges``, ``RestrictSUIDSGID`` and an empty
 ``CapabilityBoundingSet``: its Slurm commands as the user, its image check
@@ -52,6 +55,8 @@ ProtectHostname=yes
 RestrictRealtime=yes
 LockPersonality=yes
 SystemCallArchitectures=native
+ProtectProc=invisible
+RemoveIPC=yes
 UMask=0077
 """
 
@@ -63,6 +68,10 @@ def _environment(config_file):
 def proxy_unit(settings, portal_bin, proxy_env_file, config_file=""):
     """``portal-proxy.service``: ``portal proxy`` as [hub] proxy_user."""
     user = settings["hub"]["proxy_user"]
+    port = int(settings["hub"]["bind_url"].rsplit(":", 1)[-1].split("/")[0] or 443)
+    # a port under 1024 (443, with no web server in front): that one capability
+    caps = "CAP_NET_BIND_SERVICE" if port < 1024 else ""
+    users = "" if caps else "PrivateUsers=yes\n"
     return f"""\
 # Written by `portal setup` (the Data Scientist Portal); edit the settings
 # and run it again, or override with `systemctl edit {PROXY_UNIT}`.
@@ -84,8 +93,9 @@ RestartSec=2
 NoNewPrivileges=yes
 RestrictSUIDSGID=yes
 RestrictNamespaces=yes
-CapabilityBoundingSet=
-AmbientCapabilities=
+ProcSubset=pid
+{users}CapabilityBoundingSet={caps}
+AmbientCapabilities={caps}
 RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
 
 [Install]
