@@ -215,9 +215,10 @@ def hub_env(layout):
 
 
 def as_account(user, *argv, **kwargs):
-    """``argv`` run as ``user`` (its groups too), with no capability left."""
+    """``argv`` run as ``user`` (its groups too), with no capability left;
+    what it writes (a database, a certificate) is its account's alone."""
     who = [f"--reuid={user}", f"--regid={user}", "--init-groups", "--inh-caps=-all"]
-    return subprocess.run(["setpriv", *who, "--", *argv], **kwargs)
+    return subprocess.run(["setpriv", *who, "--", *argv], umask=0o077, **kwargs)
 
 
 # ---------------------------------------------------------------- steps
