@@ -23,6 +23,9 @@ PACKAGES=(
     r-base-core r-cran-irkernel environment-modules
     # tests and tools
     chromium curl procps shellcheck
+    # the site tests' login node (tests/site): a systemd-nspawn machine
+    # booted from an mmdebstrap root (mmdebstrap is above)
+    systemd-container
     # the browser tests' trust of the portal's CA (an NSS database)
     libnss3-tools
 )
