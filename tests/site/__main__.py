@@ -10,7 +10,7 @@
 ``--name`` and ``--address`` choose another machine; ``boot --no-join``
 leaves it as mmdebstrap made it; ``boot --bind-ro PATH`` shows it a host
 folder read-only (the machine reaches nothing beyond the bridge: a wheel's
-dependencies come from the host's wheel folders, e.g. /opt/wheels).
+dependencies come from a folder the host fills with ``pip download -d``).
 ``stop`` powers it off and keeps its files (STATE/NAME: console.log, the
 overlay's upper folder); the next ``boot`` starts from a fresh root again.
 """
@@ -36,7 +36,7 @@ def main(argv=None):
     parser.add_argument("--no-join", action="store_true", help="boot: not joined to the demo")
     parser.add_argument("--bind-ro", action="append", default=[], metavar="PATH",
                         help="boot: a host folder seen read-only at the same path "
-                        "(e.g. /opt/wheels for pip)")  # fmt: skip
+                        "(e.g. wheels for pip)")  # fmt: skip
     args = parser.parse_args(argv)
     machine = Machine(args.name, args.address, ro_binds=args.bind_ro)
     try:
