@@ -23,6 +23,9 @@ PACKAGES=(
     r-base-core r-cran-irkernel environment-modules
     # tests and tools
     chromium curl procps shellcheck
+    # the PostgreSQL test's server (tests/integration/test_postgresql.py runs
+    # its own in a temporary folder, with initdb and pg_ctl)
+    postgresql-15
     # the browser tests' trust of the portal's CA (an NSS database)
     libnss3-tools
 )
@@ -43,6 +46,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 slapd slapd/no_configuration boolean true
 libnss-ldapd libnss-ldapd/nsswitch multiselect passwd, group
 SEL
+    # PostgreSQL's package makes and starts a cluster of its own on 5432
+    # unless told not to: the test runs its own, nothing else needs one.
+    if [[ " ${missing[*]} " == *" postgresql-15 "* ]]; then
+        install -d -m 0755 /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/portal.conf
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
