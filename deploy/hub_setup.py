@@ -338,7 +338,8 @@ def check_readable(layout):
         if as_hub_user(layout, "test", "-r", str(path)).returncode:
             raise DeployError(
                 f"{path} is not readable by the hub's account {layout.hub_user}: keep the "
-                "repository and the settings world-readable (not under /root)"
+                "repository world-readable (not under /root), and the settings readable by "
+                f"that account (with a database password: root:{layout.hub_user}, mode 0640)"
             )
 
 

@@ -27,9 +27,11 @@ def configure_hub(c, settings):
     c.JupyterHub.hub_port = hub["api_port"]
     c.JupyterHub.hub_connect_ip = hub["connect_ip"] or site_settings.hub_api_ip(settings)
     db_url = database.database_url(hub["db_url"], "[hub] db_url")
-    c.JupyterHub.db_url = database.SecretURL(db_url.render_as_string(hide_password=False))
-    if database.is_postgresql(db_url):
+    if database.is_postgresql(db_url):  # with psycopg 3 named, the connect bounded
+        c.JupyterHub.db_url = database.SecretURL(db_url.render_as_string(hide_password=False))
         c.JupyterHub.db_kwargs = {"connect_args": database.connect_args(db_url, "jupyterhub")}
+    else:  # as written: JupyterHub reads a SQLite file's path from it
+        c.JupyterHub.db_url = hub["db_url"]
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     # Sessions are Slurm jobs that outlive the hub: a hub restart or upgrade
     # must neither cancel them (batchspawner's default would) nor lose them.

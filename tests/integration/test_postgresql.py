@@ -238,6 +238,7 @@ def test_a_wrong_password_stops_the_hub_at_start_with_the_servers_answer(cluster
         result = deploy("hub.sh", "start", env=env, check=False)
     finally:
         deploy("hub.sh", "stop", env=env)
+        SETTINGS_FILE.unlink(missing_ok=True)
     said = result.stderr + result.stdout
     assert result.returncode != 0
     assert "[hub] db_url: cannot connect to postgresql+psycopg://portal:***@127.0.0.1:" in said
@@ -261,6 +262,10 @@ def test_a_login_and_the_admin_services_profiles_work_on_postgresql(pg_hub, post
     assert {"alice", "carol"} <= users
     pytorch = "SELECT max_gpus, revision FROM portal_profiles WHERE name = 'pytorch'"
     assert query(postgres, "portal", pytorch) == [(2, 2)]
+    # the hub's connections and the store's (the hub's, the service's) say whose they are
+    names = postgres.sql("SELECT DISTINCT application_name FROM pg_stat_activity "
+                         "WHERE usename = 'portal'").split()  # fmt: skip
+    assert {"jupyterhub", "portal"} <= set(names)
     assert not list(STATE.glob("*.sqlite*"))
 
 
