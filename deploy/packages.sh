@@ -26,6 +26,9 @@ PACKAGES=(
     # the site tests' login node (tests/site): a systemd-nspawn machine
     # booted from an mmdebstrap root (mmdebstrap is above)
     systemd-container
+    # the PostgreSQL test's server (tests/integration/test_postgresql.py runs
+    # its own in a temporary folder, with initdb and pg_ctl)
+    postgresql-15
     # the browser tests' trust of the portal's CA (an NSS database)
     libnss3-tools
 )
@@ -46,6 +49,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 slapd slapd/no_configuration boolean true
 libnss-ldapd libnss-ldapd/nsswitch multiselect passwd, group
 SEL
+    # PostgreSQL's package makes and starts a cluster of its own on 5432
+    # unless told not to: the test runs its own, nothing else needs one.
+    if [[ " ${missing[*]} " == *" postgresql-15 "* ]]; then
+        install -d -m 0755 /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/portal.conf
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -1,7 +1,7 @@
 """The profile store: spawner profiles, their revisions and who changed them.
 
-SQLAlchemy on any URL (SQLite by default, ``[portal] db_url``); the schema is
-kept by alembic migrations (portal/migrations, version table
+SQLite by default, or PostgreSQL (``[portal] db_url``, ``portal.database``);
+the schema is kept by alembic migrations (portal/migrations, version table
 ``portal_alembic_version``), so an upgrade keeps the data. The admin service
 writes; the hub's spawner reads the enabled profiles at every spawn
 (``ProfileStore.profiles``), so an edit applies at the next spawn.
@@ -40,20 +40,30 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
-    create_engine,
     event,
     false,
     func,
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from portal.core.durations import slurm_time
 from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
+from portal.database import (
+    DatabaseError,
+    connect_args,
+    connection_failed,
+    create_engine,
+    database_url,
+    is_postgresql,
+)
 
 log = logging.getLogger("portal.store")
+BUSY_SECONDS = 15  # the longest a call waits for the database (a lock, a statement)
+APPLICATION = "portal"  # PostgreSQL's application_name of the store's connections
+MIGRATION_LOCK = 0x706F7274616C  # PostgreSQL's advisory lock of ``upgrade`` ("portal")
 REFUSALS_SECONDS = 5.0  # refusals counted in memory reach the table within this
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -330,13 +340,22 @@ def default_url(state_dir):
 class ProfileStore:
     """Profiles in a SQLAlchemy database; every method is one transaction."""
 
-    def __init__(self, url):
-        self.url = url
-        kwargs = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": 15}
-        self.engine = create_engine(url, future=True, **kwargs)
-        if url.startswith("sqlite"):
+    def __init__(self, url, setting="[portal] db_url"):
+        """``url``: SQLite or PostgreSQL (``portal.database.database_url``;
+        DatabaseError naming ``setting`` for any other). A call waits at
+        most ``BUSY_SECONDS`` for SQLite's lock or a PostgreSQL statement,
+        and ``portal.database.CONNECT_TIMEOUT`` for a PostgreSQL server."""
+        self.url = database_url(url, setting)
+        self.setting = setting
+        if is_postgresql(self.url):
+            # a connection the server dropped (a restart) is replaced, not an error
+            kwargs = {"connect_args": connect_args(self.url, APPLICATION), "pool_pre_ping": True}
+        else:
+            kwargs = {"connect_args": {"timeout": BUSY_SECONDS}}
+        self.engine = create_engine(self.url, setting, future=True, **kwargs)
+        if is_postgresql(self.url):
+            event.listen(self.engine, "connect", _postgresql_session)
+        else:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.Session = sessionmaker(self.engine, expire_on_commit=False)
         self._refused = Counter()  # refusals not yet in the table (``refused``)
@@ -351,7 +370,14 @@ class ProfileStore:
 
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
-        with self.engine.begin() as connection:
+        try:
+            connection = self.engine.connect()
+        except DBAPIError as e:  # the first connection: said with the setting to check
+            raise DatabaseError(connection_failed(self.url, self.setting, e)) from None
+        with connection, connection.begin():
+            if is_postgresql(self.url):
+                # the hub and its service migrate at start: one at a time
+                connection.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK)))
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
 
@@ -731,6 +757,14 @@ class ProfileStore:
             before=before,
             after=after,
         )
+
+
+def _postgresql_session(dbapi_connection, _record):
+    cursor = dbapi_connection.cursor()
+    # as SQLite's lock timeout: a statement that waits longer fails
+    cursor.execute(f"SET statement_timeout = {int(BUSY_SECONDS * 1000)}")
+    cursor.close()
+    dbapi_connection.commit()
 
 
 def _sqlite_pragmas(dbapi_connection, _record):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
+from portal import database
 from portal import settings as site_settings
 from portal.core.profiles import slice_defaults
 from portal.tlscontext import HSTS
@@ -25,7 +26,12 @@ def configure_hub(c, settings):
     c.JupyterHub.hub_ip = site_settings.hub_api_ip(settings)
     c.JupyterHub.hub_port = hub["api_port"]
     c.JupyterHub.hub_connect_ip = hub["connect_ip"] or site_settings.hub_api_ip(settings)
-    c.JupyterHub.db_url = hub["db_url"]
+    db_url = database.database_url(hub["db_url"], "[hub] db_url")
+    if database.is_postgresql(db_url):  # with psycopg 3 named, the connect bounded
+        c.JupyterHub.db_url = database.SecretURL(db_url.render_as_string(hide_password=False))
+        c.JupyterHub.db_kwargs = {"connect_args": database.connect_args(db_url, "jupyterhub")}
+    else:  # as written: JupyterHub reads a SQLite file's path from it
+        c.JupyterHub.db_url = hub["db_url"]
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     # Sessions are Slurm jobs that outlive the hub: a hub restart or upgrade
     # must neither cancel them (batchspawner's default would) nor lose them.
@@ -61,6 +67,17 @@ def configure_hub(c, settings):
         from spawners import jupyterhub_patches
 
         jupyterhub_patches.install_host_guard(hub["domain"])
+
+
+def check_database(settings):
+    """Connect once to the hub's PostgreSQL database ([hub] db_url) as the
+    hub loads its configuration: a wrong address, password or database name
+    stops the hub with the server's answer and the setting to check, rather
+    than JupyterHub's advice to upgrade its schema. (The profile store's is
+    checked as it is migrated, ``portal.store.ProfileStore.upgrade``.)"""
+    url = database.database_url(settings["hub"]["db_url"], "[hub] db_url")
+    if database.is_postgresql(url):
+        database.check_connection(url, "[hub] db_url", "jupyterhub")
 
 
 def subdomain(name, domain, kind):

@@ -18,6 +18,7 @@ site = settings.load()
 c = get_config()  # noqa: F821 (provided by JupyterHub)
 
 hub_config.configure_hub(c, site)
+hub_config.check_database(site)
 hub_config.configure_internal_ssl(c, site)
 hub_config.configure_proxy(c, site)
 hub_config.configure_auth(c, site)

@@ -3,7 +3,7 @@ links, the REST API, the profile form and API, revisions.
 
 ASCII digits only: ``str.isdigit`` and ``\\d`` take "²" or "٣", which ``int``
 refuses or reads as another number; at most 9 of them, so a number never
-outgrows what SQLite stores and compares.
+outgrows what the store's INTEGER columns hold (32 bits in PostgreSQL).
 """
 
 import re

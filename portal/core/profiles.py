@@ -33,7 +33,7 @@ MAX_NODES = 64
 MAX_HOURS = 24 * 30
 MAX_IDLE_MINUTES = MAX_HOURS * 60
 MAX_ARRAY = 1000  # jobs of one notebook sweep (a Slurm array); Slurm's MaxArraySize bounds it too
-MAX_REVISION = 2**31  # revisions are stored and compared as SQLite integers
+MAX_REVISION = 2**31 - 1  # revisions are stored and compared as INTEGER (PostgreSQL: 32 bits)
 # The fields a profile may leave out, whose defaults are the site's [slurm]
 # values (deploy/portal.toml declares them).
 SLICE_FIELDS = (

@@ -9,7 +9,8 @@ context.configure(
     connection=connection,
     target_metadata=Base.metadata,
     version_table=VERSION_TABLE,
-    render_as_batch=True,  # SQLite alters tables by copying them
+    # SQLite alters tables by copying them; PostgreSQL with ALTER TABLE itself
+    render_as_batch=True,
 )
 with context.begin_transaction():
     context.run_migrations()

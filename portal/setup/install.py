@@ -372,7 +372,8 @@ def check_readable(layout):
         if as_account(layout.hub_user, "test", "-r", str(path)).returncode:
             raise SetupError(
                 f"{path} is not readable by the hub's account {layout.hub_user}: keep the "
-                "package and the settings world-readable (not under /root)"
+                "package world-readable (not under /root), and the settings readable by "
+                f"that account (with a database password: root:{layout.hub_user}, mode 0640)"
             )
 
 
