@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole portal: up | down | status. `up` installs what is missing, starts
 # the embedded cluster (this host as the login node, [cluster] nodes compute
-# nodes; unless [cluster] embedded = false), the mail server ([mail]) and the
-# hub, and returns once the login page answers.
+# nodes), the mail server ([mail]) and the hub, and returns once the login
+# page answers. With [cluster] embedded = false (a site's node, where the
+# package is installed already) it installs nothing and starts the portal
+# alone; `down` stops the portal alone.
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 
@@ -11,6 +13,18 @@ embedded() { [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ]; }
 case ${1:-} in
     up)
         start=$SECONDS
+        if ! embedded; then
+            # A site's cluster is not ours: no package, no environment, no
+            # certificate, mail or Prometheus of the demo; the portal alone,
+            # installed by its own `portal setup` (hub.sh), as a site would.
+            [ -x "$PORTAL_ENVS_PREFIX/envs/hub/bin/portal" ] ||
+                die "[cluster] embedded = false: install the package first (docs/site-install.md); make up installs nothing on a site's node"
+            log "[cluster] embedded = false: installing nothing; the portal alone"
+            "$DEPLOY_DIR/hub.sh" stop
+            "$DEPLOY_DIR/hub.sh" start
+            log "up in $((SECONDS - start)) s: open $("$DEPLOY_DIR/hub.sh" url)"
+            exit 0
+        fi
         "$DEPLOY_DIR/packages.sh"
         "$DEPLOY_DIR/envs.sh"
         ensure_service_accounts   # before Slurm's users name the hub's
@@ -31,6 +45,7 @@ case ${1:-} in
         embedded && log "demo accounts: make accounts"
         ;;
     down)
+        embedded || { "$DEPLOY_DIR/hub.sh" stop; exit 0; }   # a site's: the portal alone
         "$DEPLOY_DIR/prometheus.sh" stop
         "$DEPLOY_DIR/hub.sh" stop
         "$DEPLOY_DIR/mail.sh" stop

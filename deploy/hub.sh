@@ -28,7 +28,9 @@ clean_env() {
 }
 as_hub_user() { setpriv --reuid="$HUB_USER" --regid="$HUB_USER" --init-groups "$@"; }
 prepare() {
-    ensure_service_accounts
+    # the demo's accounts are made before Slurm names them (common.sh); a
+    # site's, by portal setup itself, which notes them for uninstall
+    [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ] && ensure_service_accounts
     deploy_py hub_setup prepare
     "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
 }

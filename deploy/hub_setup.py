@@ -96,7 +96,11 @@ def local_names(settings):
 
 def cmd_prepare(settings):
     """What only the demo needs before ``portal setup``: its names, and its
-    local CA and web certificate when [tls] names none that exists."""
+    local CA and web certificate when [tls] names none that exists. On a
+    site's node ([cluster] embedded = false), nothing: its names and its
+    certificate are the site's."""
+    if not settings["cluster"]["embedded"]:
+        return
     local_names(settings)
     if is_https(settings):
         tls_setup.cmd_ensure(settings)
