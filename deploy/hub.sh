@@ -3,8 +3,9 @@
 # | proxy (the proxy alone). As a site's administrator would: the portal is
 # installed onto this host by `portal setup` (portal/setup/), after the
 # demo's own part (deploy/hub_setup.py prepare: its names, its local CA);
-# then `portal proxy` and `portal hub` start, each as its own account, as a
-# site's systemd units run them (this host runs no systemd).
+# then configurable-http-proxy (with `portal proxy-args`) and `portal hub`
+# start, each as its own account, as a site's systemd units run them (this
+# host runs no systemd).
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "$0")/common.sh"
 eval "$(deploy_py hub_setup shell || echo exit 1)"   # STATE, HUB_PID, URL, ...
@@ -66,15 +67,18 @@ check_running_proxy() {
 
 start_proxy() {
     pid_alive "$PROXY_PID" && return 0
-    local token
+    local args token
+    # computed as root: the settings may hold a password the proxy must not read
+    mapfile -t args < <("$HUB_ENV/bin/portal" proxy-args)
+    [ ${#args[@]} -gt 0 ] || die "portal proxy-args gave no arguments"
     token=$(new_proxy_token)
     log "starting configurable-http-proxy on $PROXY_BIND as $PROXY_USER$PROXY_NOTE"
     # The token reaches the proxy in its environment alone, never in argv.
     (
-        clean_env PORTAL_CONFIG
+        clean_env
         export CONFIGPROXY_AUTH_TOKEN=$token
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
-            "$HUB_ENV/bin/portal" proxy
+            configurable-http-proxy "${args[@]}"
     ) </dev/null >>"$PROXY_LOG" 2>&1 &
     echo $! > "$PROXY_PID"
     echo "$PORTAL_TLS_INTERNAL" > "$PROXY_INTERNAL"

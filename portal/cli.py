@@ -5,7 +5,7 @@
     portal health                        each part of the portal, ok or down (exit 1: down)
     portal units                         print the systemd units setup writes
     portal hub [JUPYTERHUB_ARG...]       JupyterHub with the portal's configuration (its unit)
-    portal proxy                         configurable-http-proxy (the proxy's unit)
+    portal proxy-args                    configurable-http-proxy's arguments, one a line
     portal migrate                       the databases at their newest schema (the hub's account)
 
 The settings are the package's defaults merged with /etc/portal/portal.toml
@@ -14,7 +14,6 @@ The settings are the package's defaults merged with /etc/portal/portal.toml
 
 import argparse
 import os
-import shutil
 import sys
 
 from portal import settings as site_settings
@@ -47,7 +46,8 @@ def _units(args, settings):
 
     layout = install.Layout.of(settings)
     config = os.environ.get("PORTAL_CONFIG", "")
-    print(units.proxy_unit(settings, layout.portal_bin, install.PROXY_TOKEN_ENV, config))
+    print(units.proxy_unit(settings, install.proxy_command(settings, layout),
+                           install.PROXY_TOKEN_ENV))  # fmt: skip
     writable = [layout.state, layout.run_dir, install.LOG_ROOT]
     print(units.hub_unit(settings, layout.portal_bin, layout.state, writable, config), end="")
     return 0
@@ -62,20 +62,14 @@ def _hub(args, settings):
     os.execv(jupyterhub, [jupyterhub, "-f", config, *args.jupyterhub_args])
 
 
-def _proxy(args, settings):
+def _proxy_args(args, settings):
+    """The proxy's arguments, computed as root from the settings (which may
+    hold a database password the proxy's account must not read); its unit
+    has them in ExecStart, the demo's hub.sh passes them on."""
     from portal.setup import install
 
-    if not os.environ.get("CONFIGPROXY_AUTH_TOKEN"):
-        print("portal proxy: CONFIGPROXY_AUTH_TOKEN is not set (the unit's EnvironmentFile "
-              f"{install.PROXY_TOKEN_ENV}: run portal setup)", file=sys.stderr)  # fmt: skip
-        return 2
-    proxy = shutil.which("configurable-http-proxy")
-    if not proxy:
-        print("portal proxy: configurable-http-proxy not found on PATH: "
-              + install.PREREQUISITES["configurable-http-proxy"], file=sys.stderr)  # fmt: skip
-        return 2
-    argv = install.proxy_args(settings, install.Layout.of(settings))
-    os.execv(proxy, [proxy, *argv])
+    print("\n".join(install.proxy_args(settings, install.Layout.of(settings))))
+    return 0
 
 
 def _migrate(args, settings):
@@ -83,9 +77,21 @@ def _migrate(args, settings):
     database (``jupyterhub upgrade-db``, which keeps a backup of SQLite)."""
     import subprocess
 
+    from portal import database
     from portal.setup import install
     from portal.store import ProfileStore, store_url
 
+    try:  # each server answers first, or its setting is named with its answer
+        for setting, url, application in (
+            ("[hub] db_url", settings["hub"]["db_url"], "jupyterhub"),
+            ("[portal] db_url", store_url(settings), "portal"),
+        ):
+            url = database.database_url(url, setting)
+            if database.is_postgresql(url):
+                database.check_connection(url, setting, application)
+    except database.DatabaseError as e:
+        print(e, file=sys.stderr)
+        return 1
     store = ProfileStore(store_url(settings))
     before = store.schema()
     store.upgrade()
@@ -111,7 +117,7 @@ COMMANDS = {
     "health": _health,
     "units": _units,
     "hub": _hub,
-    "proxy": _proxy,
+    "proxy-args": _proxy_args,
     "migrate": _migrate,
 }
 
@@ -132,7 +138,7 @@ def parser():
     sub.add_parser("health", help="each part of the portal, ok or down")
     sub.add_parser("units", help="print the systemd units setup writes")
     sub.add_parser("hub", help="JupyterHub with the portal's configuration (more: its own)")
-    sub.add_parser("proxy", help="configurable-http-proxy with the portal's arguments")
+    sub.add_parser("proxy-args", help="configurable-http-proxy's arguments, one a line")
     sub.add_parser("migrate", help="the databases at their newest schema (as the hub's account)")
     return top
 

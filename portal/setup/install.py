@@ -193,6 +193,12 @@ def proxy_args(settings, layout):
     return args + ["--default-target", hub, "--error-target", f"{hub}/hub/error"]
 
 
+def proxy_command(settings, layout):
+    """configurable-http-proxy's whole command line, as its unit runs it."""
+    proxy = shutil.which("configurable-http-proxy", path="/usr/local/bin:/usr/bin:/bin")
+    return [proxy or "/usr/local/bin/configurable-http-proxy", *proxy_args(settings, layout)]
+
+
 def own_paths(settings, layout):
     """Every path setup may write, and uninstall remove: the portal's own."""
     paths = [SUDOERS, MANIFEST, PROXY_TOKEN_ENV, Path(extendhelper.REGISTRY), *map(Path, HELPERS)]
@@ -484,7 +490,9 @@ def install_units(settings, layout):
     config = os.environ.get("PORTAL_CONFIG", "")
     writable = [layout.state, layout.run_dir, LOG_ROOT]
     texts = {
-        units.PROXY_UNIT: units.proxy_unit(settings, layout.portal_bin, PROXY_TOKEN_ENV, config),
+        units.PROXY_UNIT: units.proxy_unit(
+            settings, proxy_command(settings, layout), PROXY_TOKEN_ENV
+        ),  # fmt: skip
         units.HUB_UNIT: units.hub_unit(settings, layout.portal_bin, layout.state, writable, config),
     }
     proxy_token_env(layout)

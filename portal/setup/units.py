@@ -1,10 +1,11 @@
 """The systemd units of the portal (pure: settings in, text out), which
 ``portal setup`` installs in ``UNIT_DIR`` on a host that runs systemd.
 
-- ``portal-proxy.service``: configurable-http-proxy, as [hub] proxy_user.
-  Its token is made anew at each start by ``portal proxy-token`` (run as
-  root: ``ExecStartPre=+``) into a file of root's that systemd reads as
-  root (``EnvironmentFile``): the token reaches the proxy in its
+- ``portal-proxy.service``: configurable-http-proxy, as [hub] proxy_user,
+  with its whole command line in ExecStart (setup computes it from the
+  settings, which the proxy's account need not read: they may hold a
+  database password). Its token is in a file of root's that systemd reads
+  as root (``EnvironmentFile``): the token reaches the proxy in its
   environment alone, never in an argv. The proxy is a unit of its own so
   that restarting the hub keeps every session reachable.
 - ``portal-hub.service``: ``portal hub`` (JupyterHub with the portal's
@@ -65,8 +66,25 @@ def _environment(config_file):
     return f"Environment=PORTAL_CONFIG={config_file}\n" if config_file else ""
 
 
-def proxy_unit(settings, portal_bin, proxy_env_file, config_file=""):
-    """``portal-proxy.service``: ``portal proxy`` as [hub] proxy_user."""
+def systemd_quote(argv):
+    """``argv`` as an ExecStart= line: each word double-quoted where needed.
+
+    >>> print(systemd_quote(["/usr/bin/chp", "--ip", "0.0.0.0", "a b", "$x"]))
+    /usr/bin/chp --ip 0.0.0.0 "a b" "$$x"
+    """
+
+    def word(w):
+        if w and not any(ch in w for ch in " \t\"'\\$%;"):
+            return w
+        return '"' + w.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace(
+            "%", "%%") + '"'  # fmt: skip
+
+    return " ".join(word(w) for w in argv)
+
+
+def proxy_unit(settings, argv, proxy_env_file):
+    """``portal-proxy.service``: ``argv`` (configurable-http-proxy and its
+    arguments) as [hub] proxy_user."""
     user = settings["hub"]["proxy_user"]
     port = int(settings["hub"]["bind_url"].rsplit(":", 1)[-1].split("/")[0] or 443)
     # a port under 1024 (443, with no web server in front): that one capability
@@ -84,9 +102,8 @@ Wants=network-online.target
 Type=simple
 User={user}
 Group={user}
-{_environment(config_file)}ExecStartPre=+{portal_bin} proxy-token {proxy_env_file}
 EnvironmentFile={proxy_env_file}
-ExecStart={portal_bin} proxy
+ExecStart={systemd_quote(argv)}
 Restart=on-failure
 RestartSec=2
 {COMMON}ProtectHome=yes

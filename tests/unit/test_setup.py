@@ -154,14 +154,18 @@ def test_the_scripts_facts_survive_the_shell():
 
 def test_the_units_run_portal_as_its_accounts_and_restart_on_failure():
     layout = Layout.of(SETTINGS, "/opt/portal/venv")
-    proxy = units.proxy_unit(SETTINGS, layout.portal_bin, install.PROXY_TOKEN_ENV)
+    argv = ["/usr/local/bin/configurable-http-proxy", *proxy_args(SETTINGS, layout)]
+    proxy = units.proxy_unit(SETTINGS, argv, install.PROXY_TOKEN_ENV)
     hub = units.hub_unit(SETTINGS, layout.portal_bin, layout.state, [layout.state, "/run/x"])
-    for text, user, command in ((proxy, "portal-proxy", "proxy"), (hub, "portal", "hub")):
+    for text, user, command in ((proxy, "portal-proxy", " ".join(argv)),
+                                (hub, "portal", "/opt/portal/venv/bin/portal hub")):  # fmt: skip
         lines = text.splitlines()
         assert f"User={user}" in lines and f"Group={user}" in lines
-        assert f"ExecStart=/opt/portal/venv/bin/portal {command}" in lines
+        assert f"ExecStart={command}" in lines
         assert "Restart=on-failure" in lines and "PrivateTmp=yes" in lines
         assert "PORTAL_CONFIG" not in text  # the site's file is the default one
+    # the proxy reads no settings (they may hold a database password)
+    assert "--ssl-key /etc/portal/tls/proxy.key" in proxy
     # the token reaches the proxy through a file of root's, never an argv
     assert "EnvironmentFile=/etc/portal/proxy-token.env" in proxy.splitlines()
     assert "NoNewPrivileges=yes" in proxy.splitlines()
@@ -173,7 +177,7 @@ def test_the_units_run_portal_as_its_accounts_and_restart_on_failure():
     assert "Environment=PORTAL_CONFIG=/etc/site.toml" in site.splitlines()
     assert "CapabilityBoundingSet=" in proxy.splitlines()  # none at all on :8000
     on_443 = merge(SETTINGS, {"hub": {"bind_url": "https://0.0.0.0:443"}})
-    lines = units.proxy_unit(on_443, "/x/portal", install.PROXY_TOKEN_ENV).splitlines()
+    lines = units.proxy_unit(on_443, ["/x/chp"], install.PROXY_TOKEN_ENV).splitlines()
     assert "CapabilityBoundingSet=CAP_NET_BIND_SERVICE" in lines
     assert "AmbientCapabilities=CAP_NET_BIND_SERVICE" in lines and "PrivateUsers=yes" not in lines
 
@@ -182,7 +186,7 @@ def test_the_units_run_portal_as_its_accounts_and_restart_on_failure():
 def test_systemd_analyze_verify_accepts_the_units(tmp_path):
     layout = Layout.of(SETTINGS, "/usr")  # /usr/bin/portal: a path that verify can resolve
     texts = {
-        units.PROXY_UNIT: units.proxy_unit(SETTINGS, "/bin/true", install.PROXY_TOKEN_ENV),
+        units.PROXY_UNIT: units.proxy_unit(SETTINGS, ["/bin/true"], install.PROXY_TOKEN_ENV),
         units.HUB_UNIT: units.hub_unit(SETTINGS, "/bin/true", layout.state, [layout.state]),
     }
     for name, text in texts.items():
@@ -223,7 +227,7 @@ def test_the_portal_command_parses_its_verbs():
     from portal import cli
 
     for argv in (["setup"], ["setup", "--no-units"], ["uninstall", "--purge"], ["health"],
-                 ["units"], ["proxy"], ["migrate"], ["hub", "--debug"]):  # fmt: skip
+                 ["units"], ["proxy-args"], ["migrate"], ["hub", "--debug"]):  # fmt: skip
         args = cli.parse(argv)
         assert args.command == argv[0]
     assert cli.parse(["hub", "--debug", "--port=1"]).jupyterhub_args == ["--debug", "--port=1"]
