@@ -170,7 +170,10 @@ def proxy_args(settings, layout):
     """configurable-http-proxy's arguments: the public side from [hub]
     bind_url (HTTPS with [tls] cert), routes by host under [hub] domain (each
     user's sessions on NAME.DOMAIN), and with [tls] internal its API and its
-    requests in mutual TLS with the hub's internal certificates."""
+    requests in mutual TLS with the hub's internal certificates. A [hub]
+    public_url that does not fit bind_url is refused before the proxy
+    listens anywhere (SettingsError, naming the fix)."""
+    site_settings.check_public_url(settings)
     bind = settings["hub"]["bind_url"].split("://", 1)[-1].split("/", 1)[0]
     host, port = bind.rsplit(":", 1)[0], bind.rsplit(":", 1)[-1]
     args = ["--ip", host, "--port", port]
@@ -191,6 +194,32 @@ def proxy_args(settings, layout):
     hub = f"{scheme}://127.0.0.1:{settings['hub']['api_port']}"
     args += ["--api-ip", "127.0.0.1", "--api-port", str(settings["hub"]["proxy_api_port"])]
     return args + ["--default-target", hub, "--error-target", f"{hub}/hub/error"]
+
+
+def proxy_check(settings):
+    """``(url, connect)``: where to ask whether the portal answers, and
+    curl's ``--connect-to`` for it. The public URL, except behind a site's
+    web server ([hub] public_url), which may not run yet: then the proxy
+    itself on its loopback bind, asked for the public host (its routes are
+    by host).
+
+    >>> hub = {"bind_url": "http://127.0.0.1:8000", "domain": "portal.example.org",
+    ...        "public_url": "https://portal.example.org/"}
+    >>> proxy_check({"hub": hub})
+    ('http://portal.example.org:8000/', 'portal.example.org:8000:127.0.0.1:8000')
+    >>> proxy_check({"hub": {**hub, "public_url": "", "bind_url": "https://0.0.0.0:8000"}})
+    ('https://portal.example.org:8000/', '')
+    """
+    from urllib.parse import urlparse
+
+    if not settings["hub"]["public_url"]:
+        return site_settings.public_url(settings), ""
+    bind = urlparse(settings["hub"]["bind_url"])
+    host = urlparse(settings["hub"]["public_url"]).hostname
+    port = bind.port or (443 if bind.scheme == "https" else 80)
+    address = f"[{bind.hostname}]" if ":" in bind.hostname else bind.hostname
+    url = f"{bind.scheme}://{host}:{port}{bind.path or '/'}"
+    return url, f"{host}:{port}:{address}:{port}"
 
 
 def own_paths(settings, layout):
