@@ -39,8 +39,11 @@ SETTINGS_FILE = f"/var/lib/portal/test-front-settings-{PORT}.toml"
 PUBLIC = f"https://{DOMAIN}:{NGINX_PORT}"
 SETTINGS = (
     hub_settings(
-        PORT, STATE, f"portal-test-front-{PORT}",
-        bind_url=f"http://127.0.0.1:{PORT}", public_url=f"{PUBLIC}/",
+        PORT,
+        STATE,
+        f"portal-test-front-{PORT}",
+        bind_url=f"http://127.0.0.1:{PORT}",
+        public_url=f"{PUBLIC}/",
     )  # fmt: skip
     + PYTORCH_PROFILE
 )
@@ -97,8 +100,15 @@ def nginx():
     tmp.chmod(0o755)  # its workers (nobody) use the temporary folders
     conf = tmp / "nginx.conf"
     conf.write_text(
-        NGINX_CONF.format(tmp=tmp, nginx_port=NGINX_PORT, domain=DOMAIN, cert=tls["cert"],
-                          key=tls["key"], hsts=HSTS, port=PORT)  # fmt: skip
+        NGINX_CONF.format(
+            tmp=tmp,
+            nginx_port=NGINX_PORT,
+            domain=DOMAIN,
+            cert=tls["cert"],
+            key=tls["key"],
+            hsts=HSTS,
+            port=PORT,
+        )  # fmt: skip
     )
     argv = [nginx_binary(), "-p", str(tmp), "-e", str(tmp / "error.log"), "-c", str(conf)]
     started = subprocess.run([*argv, "-g", "daemon on;"], capture_output=True, text=True)
