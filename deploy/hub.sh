@@ -32,7 +32,8 @@ prepare() {
     # site's, by portal setup itself, which notes them for uninstall
     [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ] && ensure_service_accounts
     deploy_py hub_setup prepare
-    "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
+    # this checkout's code and defaults, as the hub's (enter_hub_env)
+    PYTHONPATH="$REPO_DIR" "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
 }
 
 # In a subshell about to exec as the hub's account: its state folder, and
@@ -72,7 +73,7 @@ start_proxy() {
     # The token reaches the proxy in its environment alone, never in argv.
     (
         clean_env PORTAL_CONFIG
-        export CONFIGPROXY_AUTH_TOKEN=$token
+        export CONFIGPROXY_AUTH_TOKEN=$token PYTHONPATH="$REPO_DIR"  # this checkout's, as the hub's
         exec nohup setpriv --reuid="$PROXY_USER" --regid="$PROXY_USER" --init-groups --inh-caps=-all -- \
             "$HUB_ENV/bin/portal" proxy
     ) </dev/null >>"$PROXY_LOG" 2>&1 &

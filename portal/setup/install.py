@@ -236,10 +236,13 @@ def own_paths(settings, layout):
 
 def hub_env(layout):
     """The whole environment of what runs as the hub's account: nothing of
-    the caller's but where the site settings are."""
+    the caller's but where the site settings are, and where its code is
+    when the caller was given it (deploy/hub.sh: a checkout's, which the
+    hub then runs too)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(layout.state)}
-    if os.environ.get("PORTAL_CONFIG"):
-        env["PORTAL_CONFIG"] = os.environ["PORTAL_CONFIG"]
+    for name in ("PORTAL_CONFIG", "PYTHONPATH"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 
