@@ -123,6 +123,9 @@ class Layout:
 
 
 def is_https(settings):
+    """Whether the proxy itself serves TLS ([hub] bind_url https): it then
+    needs the web certificate's key. Whether browsers use HTTPS (behind a
+    site's web server too) is ``portal.settings.is_https``."""
     return settings["hub"]["bind_url"].startswith("https://")
 
 
