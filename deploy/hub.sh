@@ -33,7 +33,8 @@ prepare() {
     # site's, by portal setup itself, which notes them for uninstall
     [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ] && ensure_service_accounts
     deploy_py hub_setup prepare
-    "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
+    # this checkout's code and defaults, as the hub's (enter_hub_env)
+    PYTHONPATH="$REPO_DIR" "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
 }
 
 # In a subshell about to exec as the hub's account: its state folder, and
@@ -69,7 +70,7 @@ start_proxy() {
     pid_alive "$PROXY_PID" && return 0
     local args token
     # computed as root: the settings may hold a password the proxy must not read
-    mapfile -t args < <("$HUB_ENV/bin/portal" proxy-args)
+    mapfile -t args < <(PYTHONPATH="$REPO_DIR" "$HUB_ENV/bin/portal" proxy-args)
     [ ${#args[@]} -gt 0 ] || die "portal proxy-args gave no arguments"
     token=$(new_proxy_token)
     log "starting configurable-http-proxy on $PROXY_BIND as $PROXY_USER$PROXY_NOTE"
@@ -98,15 +99,17 @@ start_hub() {
     echo $! > "$HUB_PID"
 }
 
-# curl, checking the certificate against the portal's CA.
-get() { curl -s --cacert "$PORTAL_TLS_CA_CERT" "$@"; }
-login_answers() { [ "$(get -o /dev/null -w '%{http_code}' "${URL}hub/login")" = 200 ]; }
+# curl, checking the certificate against the portal's CA, at the proxy
+# (PROXY_URL: the public URL, or behind a site's web server the proxy's
+# loopback bind, reached with PROXY_CONNECT).
+get() { curl -s --cacert "$PORTAL_TLS_CA_CERT" ${PROXY_CONNECT:+--connect-to "$PROXY_CONNECT"} "$@"; }
+login_answers() { [ "$(get -o /dev/null -w '%{http_code}' "${PROXY_URL}hub/login")" = 200 ]; }
 
 # The admin service answers through the proxy (it redirects to the hub's login;
 # before its route exists, the hub redirects to /hub/services/portal/).
 service_answers() {
     local answer
-    answer=$(get -o /dev/null -w '%{http_code} %{redirect_url}' "${URL}services/portal/")
+    answer=$(get -o /dev/null -w '%{http_code} %{redirect_url}' "${PROXY_URL}services/portal/")
     [ "${answer%% *}" = 302 ] && [[ $answer != *"/hub/services/"* ]]
 }
 
@@ -114,7 +117,7 @@ wait_ready() {
     local deadline=$((SECONDS + 60))
     until pid_alive "$HUB_PID" && login_answers && service_answers; do
         pid_alive "$HUB_PID" || { tail -n 30 "$HUB_LOG" >&2; die "JupyterHub exited; its log is above"; }
-        [ "$SECONDS" -lt "$deadline" ] || die "${URL}hub/login or ${URL}services/portal/ did not answer within 60s (see $HUB_LOG)"
+        [ "$SECONDS" -lt "$deadline" ] || die "${PROXY_URL}hub/login or ${PROXY_URL}services/portal/ did not answer within 60s (see $HUB_LOG)"
         sleep 0.2
     done
     log "portal ready at $URL"

@@ -33,6 +33,7 @@ from portal.setup.install import (  # noqa: F401 (read_token: deploy/prometheus_
     Layout,
     is_https,
     proxy_args,
+    proxy_check,
     read_token,
 )
 
@@ -66,6 +67,10 @@ def shell_lines(settings, layout):
         "HUB_USER": layout.hub_user,
         "PROXY_USER": layout.proxy_user,
         "URL": site_settings.public_url(settings),
+        # where hub.sh asks whether the portal answers (the proxy itself
+        # behind a site's web server, [hub] public_url)
+        "PROXY_URL": proxy_check(settings)[0],
+        "PROXY_CONNECT": proxy_check(settings)[1],
         "PROXY_BIND": ":".join(proxy_args(settings, layout)[1:4:2]),
         "PROXY_NOTE": note,
     }

@@ -21,8 +21,9 @@ PACKAGES=(
     charliecloud-runtime mmdebstrap
     # the R kernel, and modulefiles for the environments in terminals
     r-base-core r-cran-irkernel environment-modules
-    # tests and tools
-    chromium curl procps shellcheck
+    # tests and tools (nginx: the web server in front of the portal in
+    # tests/integration/test_front_proxy.py, started by the test alone)
+    chromium curl procps shellcheck nginx-light
     # the site tests' login node (tests/site): a systemd-nspawn machine
     # booted from an mmdebstrap root (mmdebstrap is above)
     systemd-container
@@ -60,15 +61,20 @@ SEL
 fi
 
 # Debian's own Prometheus service would listen on every address at boot: the
-# portal runs its own (deploy/prometheus.sh), on loopback.
-if [ -x /etc/init.d/prometheus ] || [ -e /lib/systemd/system/prometheus.service ]; then
+# portal runs its own (deploy/prometheus.sh), on loopback. The nginx just
+# installed for the tests would serve a default page on port 80: the tests
+# start their own, on loopback (an nginx that was here before is left alone).
+services=(prometheus)
+[[ " ${missing[*]} " == *" nginx-light "* ]] && services+=(nginx)
+for service in "${services[@]}"; do
+    [ -x "/etc/init.d/$service" ] || [ -e "/lib/systemd/system/$service.service" ] || continue
     if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-        systemctl disable --now prometheus >/dev/null 2>&1 || true
+        systemctl disable --now "$service" >/dev/null 2>&1 || true
     else
-        update-rc.d prometheus disable >/dev/null 2>&1 || true
-        /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+        update-rc.d "$service" disable >/dev/null 2>&1 || true
+        "/etc/init.d/$service" stop >/dev/null 2>&1 || true
     fi
-fi
+done
 
 if ! command -v configurable-http-proxy >/dev/null; then
     log "installing configurable-http-proxy from npm"

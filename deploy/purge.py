@@ -32,6 +32,7 @@ from pathlib import Path
 from deploy import data_setup, mail_setup, nsswitch, prometheus_setup, slurm_conf
 from deploy.base import logger, main_of
 from portal import settings as site_settings
+from portal.core import usernames
 from portal.helper import extend as extendhelper
 from portal.helper import imagecheck, notebook
 from portal.setup import install, units
@@ -51,7 +52,6 @@ CLUSTER_STATE = (
     "/dev/portal-gpu",
 )
 SYSTEM_CA = Path("/usr/local/share/ca-certificates/data-scientist-portal.crt")
-NAME_RE = re.compile(r"[a-z_][a-z0-9_-]*")
 
 
 # ---------------------------------------------------------------- pure
@@ -59,7 +59,7 @@ NAME_RE = re.compile(r"[a-z_][a-z0-9_-]*")
 
 def people(slapcat):
     """(name, uid, home) of each posixAccount in slapcat's LDIF that is a
-    plain name with a uid of 1000 or more."""
+    name the portal takes (``usernames.is_safe``) with a uid of 1000 or more."""
     out = []
     for block in slapcat.split("\n\n"):
         entry = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
@@ -68,7 +68,7 @@ def people(slapcat):
             entry.get("uidNumber", ""),
             entry.get("homeDirectory"),
         )
-        if NAME_RE.fullmatch(name) and re.fullmatch(r"[0-9]+", uid) and int(uid) >= 1000:
+        if usernames.is_safe(name) and re.fullmatch(r"[0-9]+", uid) and int(uid) >= 1000:
             out.append((name, int(uid), home or ""))
     return out
 

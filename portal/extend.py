@@ -19,10 +19,10 @@ import asyncio
 import logging
 import os
 import pwd
-import re
 import time
 from typing import NamedTuple
 
+from portal.core import usernames
 from portal.core.durations import describe_limit, slurm_time
 from portal.core.timelimit import ExtendError, extended_limit, hours_left
 from portal.helper import extend as extendhelper
@@ -30,9 +30,6 @@ from portal.slurm import commands as slurm
 from portal.store import NotFound
 
 log = logging.getLogger("portal.extend")
-
-# A hub user name (the authenticator's username_pattern): whose session.
-USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 # Seconds before a check that found extensions unavailable is made again, when
 # someone asks (an admin's fix applies without a restart of the hub).
@@ -227,7 +224,8 @@ class SessionExtender:
     async def limit(self, user, job_id):
         """``(limit_minutes, end)`` of ``user``'s running session job ``job_id``;
         ExtendError 404 when it does not run."""
-        if not job_id or not USER_RE.match(user or ""):
+        # any name the hub can hold (usernames.SAFE; [hub] username_pattern narrows it)
+        if not job_id or not usernames.is_safe(user):
             raise no_session(user or "")
         try:
             found = await slurm.running_limit(str(job_id), user, self.job_name, self.timeout)

@@ -60,7 +60,12 @@ class Part:
 
 
 def _fetch(url, cafile, timeout):
-    context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
+    context = None
+    if url.startswith("https"):
+        # the system's CAs (a site's web server in front, [hub] public_url,
+        # may hold a public certificate) and the portal's own
+        context = ssl.create_default_context()
+        context.load_verify_locations(cafile=cafile)
     request = urllib.request.Request(url, headers={"User-Agent": "portal-health"})
     with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         return response.status, response.read(200_000).decode(errors="replace")

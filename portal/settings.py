@@ -13,6 +13,7 @@ with Debian's ``/usr/bin/python3`` before any environment exists::
 """
 
 import functools
+import ipaddress
 import json
 import os
 import re
@@ -186,19 +187,145 @@ def cluster_snapshot(settings):
 
 
 def origin(settings):
-    """``scheme://DOMAIN:PORT`` of the hub, from [hub] domain and bind_url."""
+    """``scheme://HOST[:PORT]`` of the hub as browsers reach it: [hub]
+    public_url's, else from [hub] domain and bind_url's scheme and port."""
+    if settings["hub"]["public_url"]:
+        url = urlparse(public_url(settings))
+        return f"{url.scheme}://{url.netloc}"
     url = urlparse(settings["hub"]["bind_url"])
     return f"{url.scheme}://{settings['hub']['domain']}:{url.port or 443}"
 
 
 def public_url(settings):
-    """The URL a person opens: ``https://DOMAIN:PORT/`` ([hub] domain), else
-    the bind URL with 0.0.0.0 made local."""
-    url = urlparse(settings["hub"]["bind_url"])
-    if settings["hub"]["domain"]:
+    """The URL a person opens: [hub] public_url (a site's web server in front
+    of the proxy), else ``https://DOMAIN:PORT/`` ([hub] domain), else the bind
+    URL with 0.0.0.0 made local. Always with its trailing slash."""
+    hub = settings["hub"]
+    url = urlparse(hub["bind_url"])
+    if hub["public_url"]:
+        return hub["public_url"].rstrip("/") + "/"
+    if hub["domain"]:
         return origin(settings) + (url.path or "/")
     host = "127.0.0.1" if url.hostname in ("0.0.0.0", "", None) else url.hostname
     return f"{url.scheme}://{host}:{url.port or 80}{url.path or '/'}"
+
+
+def is_https(settings):
+    """Whether browsers reach the portal over HTTPS (its cookies are then
+    Secure): public_url's scheme."""
+    return urlparse(public_url(settings)).scheme == "https"
+
+
+def sends_hsts(settings):
+    """Whether the hub and the admin service send HSTS: when the proxy itself
+    serves browsers over HTTPS. Behind a site's web server ([hub]
+    public_url), that web server sends it, for all of its hosts."""
+    return not settings["hub"]["public_url"] and bind_scheme(settings) == "https"
+
+
+def bind_scheme(settings):
+    return urlparse(settings["hub"]["bind_url"]).scheme
+
+
+LOOPBACK_NAMES = {"localhost": ["127.0.0.1", "::1"]}
+
+
+def front_proxy_ips(settings):
+    """The addresses the site's web server in front of the proxy ([hub]
+    public_url) connects from, whose X-Forwarded-For the hub takes as the
+    client's (JupyterHub's trusted_downstream_ips): the proxy's loopback
+    bind address. [] without public_url.
+
+    >>> hub = {"bind_url": "http://127.0.0.1:8000", "public_url": "https://p.org/"}
+    >>> front_proxy_ips({"hub": hub})
+    ['127.0.0.1']
+    >>> front_proxy_ips({"hub": {**hub, "bind_url": "http://localhost:8000"}})
+    ['127.0.0.1', '::1']
+    >>> front_proxy_ips({"hub": {**hub, "public_url": ""}})
+    []
+    """
+    if not settings["hub"]["public_url"]:
+        return []
+    host = urlparse(settings["hub"]["bind_url"]).hostname or ""
+    return LOOPBACK_NAMES.get(host, [host])
+
+
+def _is_loopback(host):
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_public_url(settings):
+    """Refuse, with SettingsError naming the fix, a [hub] public_url that does
+    not fit bind_url and domain: the proxy behind a site's web server must
+    listen on loopback only (else browsers reach it around that server), the
+    public host must be [hub] domain (users' sessions are on its
+    subdomains), its path bind_url's (the hub's base URL)."""
+    hub = settings["hub"]
+    bind = urlparse(hub["bind_url"])
+    if bind.scheme not in ("http", "https"):
+        raise SettingsError(
+            f"[hub] bind_url {hub['bind_url']!r} must be http(s)://ADDRESS:PORT/, for "
+            'example "https://0.0.0.0:8000" or, behind a web server, "http://127.0.0.1:8000"'
+        )
+    if not hub["public_url"]:
+        return
+    url = urlparse(hub["public_url"])
+    example = '"https://portal.example.org/"'
+    try:
+        url.port  # noqa: B018 (a bad port raises)
+    except ValueError:
+        raise SettingsError(f"[hub] public_url {hub['public_url']!r} has a bad port") from None
+    if (
+        url.scheme not in ("http", "https") or not url.hostname or url.username or url.password
+        or url.query or url.fragment or url.params
+    ):  # fmt: skip
+        raise SettingsError(
+            f"[hub] public_url {hub['public_url']!r} must be the URL people open, "
+            f"scheme, host and path only: for example {example}"
+        )
+    if not _is_loopback(bind.hostname):
+        raise SettingsError(
+            f"[hub] public_url is set, so a web server on this host faces browsers: "
+            f"bind_url {hub['bind_url']!r} must listen on loopback, where only it "
+            f'connects: for example bind_url = "http://127.0.0.1:{bind.port or 8000}"'
+        )
+    if url.scheme == "http" and bind.scheme == "https":
+        raise SettingsError(
+            f"[hub] public_url {hub['public_url']!r} is plain HTTP in front of an HTTPS "
+            f'bind_url: serve browsers HTTPS (public_url = "https://...") or set '
+            f'bind_url = "http://{bind.netloc}"'
+        )
+    if (url.path.rstrip("/") or "/") != (bind.path.rstrip("/") or "/"):
+        raise SettingsError(
+            f"[hub] public_url's path {url.path or '/'!r} must be bind_url's "
+            f"({bind.path or '/'!r}, the hub's base URL): the front web server forwards "
+            "paths as they are"
+        )
+    if hub["domain"] and hub["domain"].lower() != url.hostname.lower():
+        raise SettingsError(
+            f"[hub] domain {hub['domain']!r} is not public_url's host {url.hostname!r}: "
+            f'set domain = "{url.hostname}" (users\' sessions on its subdomains, which '
+            'the front web server and its certificate must cover too), or domain = "" '
+            "(sessions on the hub's own origin)"
+        )
+    if hub["domain"] and _is_ip(url.hostname):
+        raise SettingsError(
+            f"[hub] public_url's host {url.hostname!r} is an address: users' sessions "
+            'need a name with subdomains; set domain = "" or a public_url with a name'
+        )
+
+
+def _is_ip(host):
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def internal_certs_location(settings):

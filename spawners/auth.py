@@ -19,6 +19,14 @@ user's own ``memberOf`` (``member_of``). ldapauthenticator's binds and
 searches are synchronous: a login runs them in a thread, as a refresh does,
 so that the hub's event loop is never held by the directory.
 
+A user's hub name is their Unix account, spelled as NSS names it (it runs
+their Slurm jobs: ``sudo -u NAME sbatch``): names are not lowered
+(``normalize_username``), and after the bind the name typed becomes the
+directory's own spelling of it, then NSS's (``unix_name``): ``J.Smith``
+stays ``J.Smith``; ``j.smith`` typed for that account, where the directory
+takes it, becomes ``J.Smith`` too. Which names are taken at all is
+``[hub] username_pattern`` within ``portal.core.usernames.SAFE``.
+
 Password guessing is slowed, then refused, per user name (``spawners.throttle``):
 ``authenticate`` asks the throttle before ldapauthenticator binds, so a
 locked-out name gets HTTP 429 without LDAP being asked, even with the right
@@ -27,6 +35,7 @@ password. The counts live in the hub's memory; a hub restart forgets them.
 
 import asyncio
 import math
+import pwd
 
 import ldap3
 from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
@@ -72,6 +81,58 @@ def client_address(handler):
     if peer in (None, request.remote_ip):
         return request.remote_ip
     return f"{request.remote_ip} (via {peer})"
+
+
+def throttled_name(name):
+    """The name a login counts under for the throttle: case folded, as
+    directories match login names (uid=ALICE binds as alice), so guessing
+    in other cases counts towards the same lockout."""
+    return name.strip().casefold()
+
+
+def login_attribute(user_attribute, bind_dn_templates):
+    """The directory attribute that holds the login name:
+    ldapauthenticator's ``user_attribute``, else the first RDN's of the
+    first ``bind_dn_template``; None when neither says.
+
+    >>> login_attribute(None, ["uid={username},ou=people,dc=example"])
+    'uid'
+    >>> login_attribute("sAMAccountName", []), login_attribute(None, ["{username}@ad"])
+    ('sAMAccountName', None)
+    """
+    if user_attribute:
+        return user_attribute
+    for template in bind_dn_templates or []:
+        attribute, _, value = template.partition(",")[0].partition("=")
+        if value.strip() == "{username}" and attribute.strip():
+            return attribute.strip()
+        return None
+    return None
+
+
+def directory_spelling(name, values):
+    """The directory's own spelling of the login ``name``: the value of its
+    login attribute that is ``name`` but for case, else ``name``.
+
+    >>> directory_spelling("j.smith", ["J.Smith", "jsmith"])
+    'J.Smith'
+    >>> directory_spelling("alice", []), directory_spelling("bob", ["robert"])
+    ('alice', 'bob')
+    """
+    for value in values or []:
+        if isinstance(value, str) and value.casefold() == name.casefold():
+            return value
+    return name
+
+
+def nss_name(name):
+    """The account's name as NSS gives it (sssd without case sensitivity
+    lowers it), or ``name`` when NSS does not know it (the spawner then
+    refuses its sessions, saying so). Blocking: run in a thread."""
+    try:
+        return pwd.getpwnam(name).pw_name
+    except KeyError:
+        return name
 
 
 def too_many_failures(name, seconds):
@@ -124,8 +185,8 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         locked-out name is refused (HTTP 429, "Too many failed logins for
         alice: try again in 5 min") before LDAP is asked, even with the right
         password; other names are not slowed. A successful login clears the
-        count. Names are counted as ``normalize_username`` makes them
-        (``Alice`` counts for ``alice``), whether or not the account exists.
+        count. Names are counted regardless of case (``Alice`` counts for
+        ``alice``), whether or not the account exists.
         Counted in the hub's memory: a hub restart forgets them.
 
         Default 5 (deploy/portal.toml [ldap]). Example: ``10``. 0: no limit,
@@ -187,13 +248,38 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     def _manage_groups_default(self):
         return True
 
+    @default("auth_state_attributes")
+    def _auth_state_attributes_default(self):
+        # the directory's spelling of the login name (unix_name)
+        attribute = login_attribute(self.user_attribute, self.bind_dn_template)
+        return [attribute] if attribute else []
+
+    def normalize_username(self, username):
+        """The name as it is (JupyterHub's default lowers it): a hub name is a
+        Unix account, and Unix names are case-sensitive (``J.Smith`` is not
+        ``j.smith``). ``username_map`` still applies."""
+        return self.username_map.get(username, username)
+
+    async def unix_name(self, model, typed):
+        """The hub name of a login: the directory's spelling of the name
+        ``typed`` (its login attribute, returned in the model's auth_state),
+        then the account's name as NSS gives it, which sudo and Slurm use."""
+        attribute = login_attribute(self.user_attribute, self.bind_dn_template)
+        found = (model.get("auth_state") or {}).get("user_attributes") or {}
+        spelled = directory_spelling(typed, found.get(attribute) if attribute else None)
+        name = await asyncio.to_thread(nss_name, spelled)
+        if name != typed:
+            self.log.info("Login of %s: the account is %s", shown(typed), name)
+        return name
+
     async def authenticate(self, handler, data):
         """ldapauthenticator's bind, throttled per user name, with the LDAP groups applied.
 
         Raises HTTP 429 while the name is locked out (before any bind), and
         HTTP 503 when the directory does not answer (not counted as a failure).
         """
-        name = self.normalize_username(data.get("username") or "")
+        typed = data.get("username") or ""
+        name = throttled_name(typed)
         await self.wait_for_turn(name)
         try:
             model = await asyncio.to_thread(self.bind_and_search, handler, data)
@@ -217,6 +303,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             self.count_failure(name, client_address(handler))
             return None
         self.login_throttle.succeeded(name)
+        model["name"] = await self.unix_name(model, model["name"])
         self.apply_groups(model)
         self.log.info(
             "LDAP login of %s: groups %s", model["name"], ", ".join(model["groups"]) or "none"

@@ -11,16 +11,17 @@ import os
 import ssl
 import sys
 from pathlib import Path
-from urllib.parse import urlparse
 
 from portal import database
 from portal import settings as site_settings
+from portal.core import usernames
 from portal.core.profiles import slice_defaults
 from portal.tlscontext import HSTS
 
 
 def configure_hub(c, settings):
     hub = settings["hub"]
+    site_settings.check_public_url(settings)
     state = Path(site_settings.state_dir(settings))
     c.JupyterHub.bind_url = hub["bind_url"]
     c.JupyterHub.hub_ip = site_settings.hub_api_ip(settings)
@@ -49,13 +50,23 @@ def configure_hub(c, settings):
     c.JupyterHub.allow_named_servers = sessions > 1
     c.JupyterHub.named_server_limit_per_user = sessions
     c.PortalSpawner.sessions_per_user = sessions
+    if hub["public_url"]:
+        # A site's web server (nginx, Apache) faces browsers and forwards to
+        # the proxy on loopback: redirects and cookies follow the public URL,
+        # not the request's, and the client's address is taken from
+        # X-Forwarded-For past that web server's own address only (tornado
+        # takes the last address it does not trust; the proxy appends its
+        # peer's). HSTS is that web server's to send.
+        c.JupyterHub.public_url = site_settings.public_url(settings)
+        c.JupyterHub.trusted_downstream_ips = site_settings.front_proxy_ips(settings)
     if is_https(settings):
-        # The proxy serves TLS; cookies are Secure (the sessions' too, through
-        # JUPYTERHUB_COOKIE_OPTIONS) and browsers keep to HTTPS.
-        c.JupyterHub.tornado_settings = {
-            "cookie_options": {"secure": True},
-            "headers": {"Strict-Transport-Security": HSTS},
-        }
+        # Browsers use HTTPS (the proxy's TLS, or the front web server's):
+        # cookies are Secure (the sessions' too, through
+        # JUPYTERHUB_COOKIE_OPTIONS); where the proxy serves TLS itself,
+        # browsers are told to keep to HTTPS.
+        c.JupyterHub.tornado_settings = {"cookie_options": {"secure": True}}
+        if site_settings.sends_hsts(settings):
+            c.JupyterHub.tornado_settings["headers"] = {"Strict-Transport-Security": HSTS}
     if hub["domain"]:
         # Each user's sessions on an origin of their own (NAME.DOMAIN): what
         # a user's server serves never runs on the hub's origin. __Host-
@@ -81,22 +92,28 @@ def check_database(settings):
 
 
 def subdomain(name, domain, kind):
-    """JupyterHub's subdomain hook: a user's sessions on NAME.DOMAIN (its own
-    IDNA-safe name); services on the hub's own DOMAIN (the admin service
-    serves only the portal's pages, at /services/portal/ beside /hub/).
+    """JupyterHub's subdomain hook: a user's sessions on a host of their own
+    under DOMAIN, ``portal.core.usernames.user_host``: NAME.DOMAIN for a
+    plain lower-case name, a hashed label for any other (J.Smith on
+    u-jsmith--1530429.DOMAIN; JupyterHub's own "idna" hook would keep upper
+    case, which browsers lower and the proxy's host routes do not match);
+    services on the hub's own DOMAIN (the admin service serves only the
+    portal's pages, at /services/portal/ beside /hub/).
 
     >>> subdomain("alice", "portal.localhost", "user")
     'alice.portal.localhost'
+    >>> subdomain("J.Smith", "portal.localhost", "user")
+    'u-jsmith--1530429.portal.localhost'
     >>> subdomain("portal", "portal.localhost", "service")
     'portal.localhost'
     """
-    from jupyterhub.utils import subdomain_hook_idna
-
-    return domain if kind == "service" else subdomain_hook_idna(name, domain, kind)
+    return domain if kind == "service" else usernames.user_host(name, domain)
 
 
 def is_https(settings):
-    return urlparse(settings["hub"]["bind_url"]).scheme == "https"
+    """Whether browsers reach the portal over HTTPS ([hub] public_url's
+    scheme, else bind_url's)."""
+    return site_settings.is_https(settings)
 
 
 def is_internal_tls(settings):
@@ -160,6 +177,7 @@ def configure_proxy(c, settings):
 def configure_auth(c, settings):
     """ldapauthenticator's traits from [ldap], refused at start when they
     cannot work (``spawners.ldap_settings.check_ldap``)."""
+    from spawners.auth import login_attribute
     from spawners.ldap_settings import (
         MEMBER_OF,
         MEMBERSHIP,
@@ -201,10 +219,15 @@ def configure_auth(c, settings):
     search_filter, attributes = MEMBERSHIP[ldap["group_membership"]]
     c.LDAPAuthenticator.group_search_filter = search_filter
     c.LDAPAuthenticator.group_attributes = attributes
+    # read with the user's entry at login: the directory's spelling of the
+    # login name (PortalLDAPAuthenticator.unix_name), and with memberOf the
+    # groups (PortalLDAPAuthenticator.member_of)
+    user_attribute = None if ldap["bind_dn_template"] else ldap["user_attribute"]
+    attributes = [login_attribute(user_attribute, [ldap["bind_dn_template"]])]
     if ldap["group_membership"] == MEMBER_OF:
-        # read with the user's entry at login; groups from it (PortalLDAPAuthenticator.member_of)
-        c.LDAPAuthenticator.auth_state_attributes = [MEMBER_OF]
+        attributes.append(MEMBER_OF)
         c.PortalLDAPAuthenticator.member_of = True
+    c.LDAPAuthenticator.auth_state_attributes = [a for a in attributes if a]
     c.PortalLDAPAuthenticator.admin_groups = list(ldap["admin_groups"])
     # Group changes in LDAP apply within refresh_seconds, and before any spawn
     # (PortalLDAPAuthenticator.refresh_user).
@@ -215,8 +238,12 @@ def configure_auth(c, settings):
     c.PortalLDAPAuthenticator.login_failure_window_seconds = ldap["login_failure_window_seconds"]
     c.PortalLDAPAuthenticator.login_lockout_seconds = ldap["login_lockout_seconds"]
     c.PortalLDAPAuthenticator.login_failure_delay_seconds = ldap["login_failure_delay_seconds"]
-    # Hub names are Unix login names (useradd's rule): they run the Slurm jobs.
-    c.Authenticator.username_pattern = r"^[a-z_][a-z0-9_-]{0,31}$"
+    # Hub names are the Unix accounts that run the Slurm jobs, spelled as NSS
+    # has them ([hub] username_pattern within portal.core.usernames.SAFE):
+    # checked before the bind (ldapauthenticator) and after (JupyterHub).
+    rule = usernames.check_pattern(settings["hub"]["username_pattern"]).pattern
+    c.Authenticator.username_pattern = rule
+    c.LDAPAuthenticator.valid_username_regex = rule
 
 
 def settings_profiles():

@@ -65,9 +65,11 @@ async def node_addresses(poller, partition, *, max_age, timeout, log, username):
 
 def alt_names(addresses, *, domain, extra, include_local):
     """The certificate's names: every node of ``addresses`` by name and
-    address, the user's own host ``domain`` (NAME.DOMAIN: the proxy checks
-    the session's certificate against it, so only this user's session can
-    answer this user's requests, even at a port that another user freed),
+    address, the user's own host ``domain`` (``usernames.user_host``:
+    NAME.DOMAIN, or a hashed one-label host for a name with a dot or upper
+    case, always a valid DNS name; the proxy checks the session's
+    certificate against it, so only this user's session can answer this
+    user's requests, even at a port that another user freed),
     a site's ``extra`` (``ssl_alt_names``), and the loopback names only when
     ``include_local``; none of the hub's, which the user, who reads the key,
     could answer for."""

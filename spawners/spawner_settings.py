@@ -146,8 +146,8 @@ class PortalSpawnerSettings(SlurmSpawner):
         site_settings.public_url(defaults()) + "hub/",
         help="""The hub's address as the notices give it (its home page,
         where a session is extended, stopped or started again), with a
-        trailing slash. Default: from [hub] domain and bind_url
-        (``https://portal.localhost:8000/hub/``).""",
+        trailing slash. Default: [hub] public_url, else from [hub] domain
+        and bind_url (``https://portal.localhost:8000/hub/``).""",
     ).tag(config=True)
 
     idle_timeout = Float(

@@ -199,7 +199,24 @@ def choose(profiles, name, user_groups):
 def check_account(name, entry, groups, *, uid_min, uid_max, allowed_groups):
     """Refuse, with ProfileError, an account that may not run sessions: a uid
     outside ``uid_min``..``uid_max`` (system accounts) or in none of
-    ``allowed_groups`` (none: no group check). Returns ``groups``."""
+    ``allowed_groups`` (none: no group check), or whose name NSS spells
+    otherwise than ``name`` (sudo and Slurm run the job as NSS's name for
+    it: a hub name ``J.Smith`` where NSS has ``j.smith`` would be one user's
+    name to the hub's checks and another's to the job's). Returns ``groups``.
+
+    >>> from types import SimpleNamespace as Entry
+    >>> try:
+    ...     check_account("J.Smith", Entry(pw_name="j.smith", pw_uid=20001), [],
+    ...                   uid_min=1000, uid_max=60000, allowed_groups=[])
+    ... except ProfileError as e:
+    ...     print(e.args[0])
+    The account J.Smith is j.smith on this host: log out and log in again
+    """
+    if entry.pw_name != name:
+        raise ProfileError(
+            f"The account {name} is {entry.pw_name} on this host: log out and log in again",
+            "user",
+        )
     if not uid_min <= entry.pw_uid <= uid_max:
         raise ProfileError(
             f"The account {name} cannot run portal sessions or jobs: its uid "

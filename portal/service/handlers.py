@@ -9,6 +9,7 @@ from tornado import web
 
 from portal.core.profiles import unix_groups
 from portal.roles import is_portal_admin
+from portal.settings import sends_hsts
 from portal.store import NotFound
 from portal.tlscontext import HSTS
 
@@ -16,8 +17,11 @@ from portal.tlscontext import HSTS
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def set_default_headers(self):
         # Served over HTTPS (the hub says so through JUPYTERHUB_COOKIE_OPTIONS,
-        # which also makes the login cookie Secure): browsers keep to HTTPS.
-        if self.hub_auth.cookie_options.get("secure"):
+        # which also makes the login cookie Secure) by the proxy itself:
+        # browsers keep to HTTPS. Behind a site's web server ([hub]
+        # public_url) that server sends HSTS.
+        site = self.settings.get("site_settings")
+        if self.hub_auth.cookie_options.get("secure") and (site is None or sends_hsts(site)):
             self.set_header("Strict-Transport-Security", HSTS)
 
     @property

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from tornado.httpclient import HTTPClientError
 
+from portal.core import usernames
 from portal.core.idle import check_profile_idle
 from portal.core.numbers import whole_number
 from portal.core.profiles import MAX_REVISION, ProfileError, profile_from_dict, slice_defaults
 from portal.core.slice import FieldError
-from portal.extend import USER_RE, no_session
+from portal.extend import no_session
 from portal.service.cluster import check_profile
 from portal.store import fields_of
 
@@ -200,7 +201,7 @@ class SessionOperations:
 
     async def session(self, name):
         """``(job_id, profile_name)`` of ``name``'s server; ExtendError 404 when none."""
-        if not USER_RE.match(name):
+        if not usernames.is_safe(name):
             raise no_session(name)
         try:
             user = await self.hub_api(f"users/{name}")

@@ -123,6 +123,9 @@ class Layout:
 
 
 def is_https(settings):
+    """Whether the proxy itself serves TLS ([hub] bind_url https): it then
+    needs the web certificate's key. Whether browsers use HTTPS (behind a
+    site's web server too) is ``portal.settings.is_https``."""
     return settings["hub"]["bind_url"].startswith("https://")
 
 
@@ -170,7 +173,10 @@ def proxy_args(settings, layout):
     """configurable-http-proxy's arguments: the public side from [hub]
     bind_url (HTTPS with [tls] cert), routes by host under [hub] domain (each
     user's sessions on NAME.DOMAIN), and with [tls] internal its API and its
-    requests in mutual TLS with the hub's internal certificates."""
+    requests in mutual TLS with the hub's internal certificates. A [hub]
+    public_url that does not fit bind_url is refused before the proxy
+    listens anywhere (SettingsError, naming the fix)."""
+    site_settings.check_public_url(settings)
     bind = settings["hub"]["bind_url"].split("://", 1)[-1].split("/", 1)[0]
     host, port = bind.rsplit(":", 1)[0], bind.rsplit(":", 1)[-1]
     args = ["--ip", host, "--port", port]
@@ -199,6 +205,32 @@ def proxy_command(settings, layout):
     return [proxy or "/usr/local/bin/configurable-http-proxy", *proxy_args(settings, layout)]
 
 
+def proxy_check(settings):
+    """``(url, connect)``: where to ask whether the portal answers, and
+    curl's ``--connect-to`` for it. The public URL, except behind a site's
+    web server ([hub] public_url), which may not run yet: then the proxy
+    itself on its loopback bind, asked for the public host (its routes are
+    by host).
+
+    >>> hub = {"bind_url": "http://127.0.0.1:8000", "domain": "portal.example.org",
+    ...        "public_url": "https://portal.example.org/"}
+    >>> proxy_check({"hub": hub})
+    ('http://portal.example.org:8000/', 'portal.example.org:8000:127.0.0.1:8000')
+    >>> proxy_check({"hub": {**hub, "public_url": "", "bind_url": "https://0.0.0.0:8000"}})
+    ('https://portal.example.org:8000/', '')
+    """
+    from urllib.parse import urlparse
+
+    if not settings["hub"]["public_url"]:
+        return site_settings.public_url(settings), ""
+    bind = urlparse(settings["hub"]["bind_url"])
+    host = urlparse(settings["hub"]["public_url"]).hostname
+    port = bind.port or (443 if bind.scheme == "https" else 80)
+    address = f"[{bind.hostname}]" if ":" in bind.hostname else bind.hostname
+    url = f"{bind.scheme}://{host}:{port}{bind.path or '/'}"
+    return url, f"{host}:{port}:{address}:{port}"
+
+
 def own_paths(settings, layout):
     """Every path setup may write, and uninstall remove: the portal's own."""
     paths = [SUDOERS, MANIFEST, PROXY_TOKEN_ENV, Path(extendhelper.REGISTRY), *map(Path, HELPERS)]
@@ -213,10 +245,13 @@ def own_paths(settings, layout):
 
 def hub_env(layout):
     """The whole environment of what runs as the hub's account: nothing of
-    the caller's but where the site settings are."""
+    the caller's but where the site settings are, and where its code is
+    when the caller was given it (deploy/hub.sh: a checkout's, which the
+    hub then runs too)."""
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(layout.state)}
-    if os.environ.get("PORTAL_CONFIG"):
-        env["PORTAL_CONFIG"] = os.environ["PORTAL_CONFIG"]
+    for name in ("PORTAL_CONFIG", "PYTHONPATH"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 

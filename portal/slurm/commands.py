@@ -12,6 +12,7 @@ import asyncio
 import os
 import time
 
+from portal.core import usernames
 from portal.helper import extend as extendhelper
 
 from .parse import (
@@ -123,7 +124,19 @@ def _name(argv):
 def as_user(username, argv):
     """``argv`` run as ``username`` through the sudoers rule (deploy/hub.sh):
     never ``-E``; sudo resets the environment, and ``run`` gives sudo itself
-    only ``MINIMAL_ENV``. ``-n``: fail at once rather than ask for a password."""
+    only ``MINIMAL_ENV``. ``-n``: fail at once rather than ask for a password.
+    ``username`` must be one the portal takes (``usernames.is_safe``: the
+    hub's users are), else ValueError: nothing else reaches sudo.
+
+    >>> as_user("J.Smith", ["sbatch"])
+    ['sudo', '-n', '-u', 'J.Smith', '--', 'sbatch']
+    >>> as_user("#0", ["sbatch"])
+    Traceback (most recent call last):
+    ...
+    ValueError: not a user name the portal takes: '#0'
+    """
+    if not usernames.is_safe(username):
+        raise ValueError(f"not a user name the portal takes: {str(username)[:40]!r}")
     return ["sudo", "-n", "-u", username, "--", *argv]
 
 

@@ -4,17 +4,19 @@ cookie."""
 
 import re
 import time
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import requests
 
+from portal.core.usernames import user_host
 from tests.support.hubsettings import CA_CERT
 
 SERVICE = "/services/portal/"  # the admin service (portal.service)
 
 
-# A path of a user's server: served on the user's own origin (NAME.DOMAIN)
-# when the hub has a domain ([hub] domain), as the hub redirects browsers.
+# A path of a user's server: served on the user's own origin (NAME.DOMAIN,
+# portal.core.usernames.user_host) when the hub has a domain ([hub] domain),
+# as the hub redirects browsers.
 USER_PATH = re.compile(r"^/user/([^/]+)/")
 
 
@@ -33,7 +35,8 @@ class HubClient:
             return path
         user = USER_PATH.match(path)
         if user and self.domain:
-            return f"{self.scheme}://{user.group(1)}.{self.domain}:{self.port}{path}"
+            host = user_host(unquote(user.group(1)), self.domain)
+            return f"{self.scheme}://{host}:{self.port}{path}"
         return self.base + path
 
     def login(self, username, password):

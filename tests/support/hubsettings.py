@@ -69,12 +69,15 @@ def public_url(port, domain=DOMAIN):
     return f"https://{domain or '127.0.0.1'}:{port}"
 
 
-def hub_settings(port, state, job_name, domain=None):
+def hub_settings(port, state, job_name, domain=None, bind_url=None, public_url=""):
     """The [hub], [portal] and [slurm] job_name settings of such a hub, as
-    TOML; ``domain`` replaces the site's [hub] domain when given."""
+    TOML; ``domain`` replaces the site's [hub] domain when given;
+    ``bind_url`` (default https://127.0.0.1:PORT) and ``public_url`` (a web
+    server in front) are [hub]'s."""
     return f"""
 [hub]
-bind_url = "https://127.0.0.1:{port}"
+bind_url = "{bind_url or f"https://127.0.0.1:{port}"}"
+public_url = "{public_url}"
 {f'domain = "{domain}"' if domain is not None else ""}
 api_port = {port + 81}
 proxy_api_port = {port + 1}

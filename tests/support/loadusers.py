@@ -38,6 +38,9 @@ UID_BASES = {
     "bench": 23000,  # bench/users.py
     "refresh": 24000,  # tests: group changes (tests/integration/test_group_refresh.py)
     "drive": 25000,  # make load (bench/loadtest.py)
+    # tests: login names with a dot, and with upper case (test_user_names.py)
+    "j.doe": 26000,
+    "J.Roe": 27000,
 }
 MAX_USERS = 999
 GUESTS_GID = 20100  # guests, deploy/ldap.sh DEMO_GROUPS

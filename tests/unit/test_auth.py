@@ -66,14 +66,53 @@ def test_groups_are_refreshed_before_spawns_and_periodically():
         ("a" * 32, True),
         ("a" * 33, False),
         ("7up", False),
-        ("al.ice", False),
+        ("al.ice", True),
+        ("J.Smith", True),
+        ("Alice", True),
         ("alice@example", False),
-        ("Alice", False),
+        (".alice", False),
+        ("-alice", False),
+        ("a/b", False),
+        ("a,b", False),
+        ("alice\n", False),
     ],
 )
-def test_usernames_are_unix_login_names(name, valid):
-    auth, _ = hub_authenticator()
+def test_usernames_are_unix_login_names_with_dots_and_upper_case(name, valid):
+    auth, c = hub_authenticator()
     assert auth.validate_username(name) is valid
+    # ldapauthenticator's check before the bind is the same rule
+    assert c.LDAPAuthenticator.valid_username_regex == c.Authenticator.username_pattern
+
+
+def test_a_site_narrows_the_usernames():
+    auth, _ = hub_authenticator(hub={"username_pattern": "^[a-z][a-z0-9]{0,7}$"})
+    assert auth.validate_username("alice")
+    assert not auth.validate_username("J.Smith")
+    assert not auth.validate_username("alice123x")
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        (".*", "accepts '' \\(an empty name\\)"),
+        ("^[A-Za-z0-9,]+$", "accepts 'a,b'"),
+        ("^[a-z.]+$", "accepts '.'"),
+        ("^[a-z+$", "not a regular expression"),
+        ("^[0-9]+$", "accepts '1000'"),
+        ("^x$", "accepts none of alice"),
+    ],
+)
+def test_a_username_pattern_that_takes_dangerous_names_stops_the_hub(pattern, message):
+    with pytest.raises(ValueError, match=f"username_pattern.*{message}"):
+        hub_authenticator(hub={"username_pattern": pattern})
+
+
+def test_names_keep_their_case():
+    """JupyterHub lowers names by default; a hub name here is a Unix account."""
+    auth, _ = hub_authenticator()
+    assert auth.normalize_username("J.Smith") == "J.Smith"
+    auth.username_map = {"jsmith": "J.Smith"}
+    assert auth.normalize_username("jsmith") == "J.Smith"
 
 
 class StubUser:
@@ -170,12 +209,29 @@ class StubDirectory:
         self.binds.append(userdn)
         if self.fails:
             raise self.fails
-        return StubConnection() if password == "right" else None
+        return StubConnection(self.spellings) if password == "right" else None
+
+    # the directory's own spelling of a uid, matched regardless of case (as
+    # uid is): {casefolded: stored}
+    spellings = {}
 
 
 class StubConnection:
-    def search(self, *args, **kwargs):
-        return True  # a member of every allowed group
+    def __init__(self, spellings):
+        self.spellings = spellings
+        self.entries = []
+
+    def search(self, search_base, *args, attributes=None, **kwargs):
+        # a member of every allowed group; the user's own entry, with its uid
+        uid = search_base.split(",")[0].partition("=")[2]
+        stored = self.spellings.get(uid.casefold(), uid)
+        self.entries = [StubEntry({"uid": [stored]})]
+        return True
+
+
+class StubEntry:
+    def __init__(self, attributes):
+        self.entry_attributes_as_dict = attributes
 
 
 class StubHandler:
@@ -267,12 +323,43 @@ async def test_failures_slow_the_next_attempt_of_that_name(throttled):
 
 
 async def test_every_spelling_of_a_name_counts_for_it(throttled):
+    """The directory binds uid=ALICE as alice: guesses in other cases count
+    towards alice's lockout."""
     auth, directory, _, _ = throttled
     for name in ("Alice", "ALICE", "aLice", "alicE", "ALICe"):
-        assert await log_in(auth, name, "right") is None  # refused by ldapauthenticator
+        assert await log_in(auth, name, "guess") is None
     with pytest.raises(web.HTTPError) as refused:
         await log_in(auth, "alice", "right")
     assert refused.value.status_code == 429
+    assert len(directory.binds) == 5
+
+
+async def test_a_login_is_named_as_the_directory_and_nss_spell_the_account(throttled, monkeypatch):
+    """J.Smith logs in as J.Smith (not lowered); j.smith typed, where the
+    directory takes it, becomes the account's own spelling; and NSS has the
+    last word (sssd without case sensitivity lowers names)."""
+    auth, directory, _, _ = throttled
+    directory.spellings = {"j.smith": "J.Smith"}
+    nss = {}
+    monkeypatch.setattr("spawners.auth.nss_name", lambda name: nss.get(name, name))
+
+    async def hub_name(typed):
+        model = await auth.get_authenticated_user(
+            StubHandler(), {"username": typed, "password": "right"}
+        )
+        return model["name"]
+
+    assert await hub_name("J.Smith") == "J.Smith"
+    assert await hub_name("j.smith") == "J.Smith"
+    assert await hub_name("alice") == "alice"
+    nss["J.Smith"] = "j.smith"
+    assert await hub_name("J.Smith") == "j.smith"
+
+
+async def test_an_unsafe_name_is_refused_before_the_bind(throttled):
+    auth, directory, _, _ = throttled
+    for name in ("a,b", "a*", "-x", "a b", "..", "uid=x"):
+        assert await log_in(auth, name, "right") is None
     assert directory.binds == []
 
 

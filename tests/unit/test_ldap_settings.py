@@ -56,7 +56,8 @@ def test_the_defaults_are_the_demos():
     assert auth.lookup_dn_search_user is None and auth.lookup_dn_search_password is None
     assert auth.group_search_filter == "(memberUid={uid})"
     assert auth.group_attributes == ["memberUid"]
-    assert auth.member_of is False and auth.auth_state_attributes == []
+    # the login name's own spelling is read with the user's entry (unix_name)
+    assert auth.member_of is False and auth.auth_state_attributes == ["uid"]
     assert auth.tls_kwargs["ca_certs_file"] == settings.load()["tls"]["ca_cert"]
 
 
@@ -94,7 +95,7 @@ def test_group_filters_escape_what_they_are_given(kind, userdn, uid, expected):
 def test_member_of_reads_the_users_entry():
     auth, _ = configured(group_membership="memberOf")
     assert auth.member_of is True
-    assert auth.auth_state_attributes == ["memberOf"]
+    assert auth.auth_state_attributes == ["uid", "memberOf"]
     held = ["CN=Portal-Users,OU=Groups,DC=portal,DC=example", "cn=other,dc=x", "not a dn"]
     assert member_of_groups([USERS, ADMINS], held) == [USERS]
     assert member_of_groups([USERS], None) == []
