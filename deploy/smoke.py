@@ -56,6 +56,7 @@ from portal.core.containers import Binds, Charliecloud, checked_path  # noqa: E4
 from portal.core.slice import make_slice  # noqa: E402
 from portal.helper.imagecheck import ImageError, read_info, site_image  # noqa: E402
 from portal.slurm import commands as slurm  # noqa: E402
+from portal.slurm.commands import use_bin_dir  # noqa: E402
 
 JOB_NAME = "portal-smoke"
 TIME_LIMIT_MINUTES = 30
@@ -407,6 +408,10 @@ def main(argv=None):
         raise SystemExit("smoke: run as root (it submits jobs as the demo user through sudo)")
     settings = portal_settings.load()
     slurm, envs = settings["slurm"], settings["envs"]
+    try:
+        use_bin_dir(slurm["bin_dir"], check=True)
+    except portal_settings.SettingsError as e:
+        raise SystemExit(f"smoke: {e}") from None
     try:
         home = pwd.getpwnam(args.user).pw_dir
     except KeyError:

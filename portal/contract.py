@@ -19,6 +19,8 @@ variable                          what                                    field
 ``PORTAL_GPU_BUSY_PERCENT``       a GPU this busy keeps the session on    ``gpu_busy_percent``
 ``PORTAL_PROFILE``                the profile's name                      ``profile``
 ``PORTAL_ENVIRONMENT``            the profile's environment               ``environment``
+``PORTAL_SLURM_BIN_DIR``          the folder of Slurm's commands (the     ``slurm_bin_dir``
+                                  hub's [slurm] bin_dir)
 ================================  ======================================  ==================
 
 Inside the session, the server extension tells its kernels where its
@@ -43,6 +45,7 @@ def _site():
         "gpu_busy_percent": float(site["culling"]["gpu_busy_percent"]),
         "profile": "",
         "environment": "",
+        "slurm_bin_dir": site["slurm"]["bin_dir"],
     }
 
 
@@ -56,6 +59,7 @@ class SessionEnv:
     gpu_busy_percent: float
     profile: str
     environment: str
+    slurm_bin_dir: str
 
     @staticmethod
     def variable(field):

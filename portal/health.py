@@ -111,17 +111,19 @@ async def ldap_bind(settings):
 
 
 async def slurmctld(settings):
+    problem = slurm.missing_commands(settings["slurm"]["bin_dir"])
+    if problem:
+        return Part("slurmctld", False, problem)
     try:
-        out = await slurm.run(["scontrol", "ping"], timeout=TIMEOUT)
+        out = await slurm.ping(TIMEOUT, settings["slurm"]["bin_dir"])
     except SlurmError as e:
         return Part("slurmctld", False, f"does not answer ({str(e)[:300]})")
     return Part("slurmctld", "is UP" in out, out.splitlines()[0][:200] if out else "no answer")
 
 
 async def slurmdbd(settings):
-    argv = ["sacctmgr", "-n", "-P", "show", "cluster", "format=Cluster"]
     try:
-        out = await slurm.run(argv, timeout=TIMEOUT)
+        out = await slurm.clusters(TIMEOUT, settings["slurm"]["bin_dir"])
     except SlurmError as e:
         return Part("slurmdbd", False, str(e)[:300])
     return Part("slurmdbd", bool(out.strip()), f"clusters: {', '.join(out.split()) or 'none'}")

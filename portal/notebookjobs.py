@@ -44,7 +44,7 @@ from portal.helper import notebook as reader
 from portal.helper.imagecheck import ImageError, offer_problem, site_image
 from portal.settings import portal_groups
 from portal.slurm import commands as slurm
-from portal.slurm.commands import as_user, run
+from portal.slurm.commands import as_user, job_path, run
 from portal.slurm.parse import SlurmError
 from portal.store import NotFound
 
@@ -199,7 +199,11 @@ class NotebookJobs:
             tasks=checked["tasks"],
             environment=self.environment,
             shared_data=self.shared_data,
-            env={"PORTAL_PROFILE": checked["profile"].name, "PORTAL_NOTEBOOK_JOB": "1"},
+            env={
+                "PORTAL_PROFILE": checked["profile"].name,
+                "PORTAL_NOTEBOOK_JOB": "1",
+                "PATH": job_path(self.settings["slurm"]["bin_dir"]),
+            },
             container=container,
             container_env_prefix=env_prefix,
             image=site_image(self.images_dir, checked["profile"].image) if container else "",

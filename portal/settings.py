@@ -390,14 +390,16 @@ def portal_groups(settings):
 def extend_registration(settings):
     """This hub's registration with the root helper ``portal-extend``
     (``portal.helper.extend``), as deploy/hub.sh writes it: the job name of
-    its sessions, the groups and uid range of their users (JSON text).
-    ValueError, naming the setting, when one is not plain enough for it."""
+    its sessions, the groups and uid range of their users, the folder of
+    Slurm's commands (JSON text). ValueError, naming the setting, when one
+    is not plain enough for it."""
     from portal.helper.extend import registration
 
-    hub = settings["hub"]
+    hub, slurm = settings["hub"], settings["slurm"]
     return registration(
-        settings["slurm"]["job_name"], portal_groups(settings), hub["uid_min"], hub["uid_max"]
-    )
+        slurm["job_name"], portal_groups(settings), hub["uid_min"], hub["uid_max"],
+        slurm["bin_dir"],
+    )  # fmt: skip
 
 
 DERIVED = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from portal.core.durations import slurm_time
-from portal.slurm.commands import run
+from portal.slurm.commands import accounted_jobs
 from portal.slurm.model import parse_time
 
 FIELDS = "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS"
@@ -139,12 +139,9 @@ def parse_rows(text, session_name):
 
 async def accounted(job_name, since, until, user=None, timeout=60):
     """Every job of the portal (sessions and notebook jobs) that ran in the period."""
-    argv = ["sacct", "-a", "-n", "-P", "--name", f"{job_name},{job_name}-notebook",
-            "-S", since.isoformat(timespec="seconds"), "-E", until.isoformat(timespec="seconds"),
-            "-o", FIELDS]  # fmt: skip
-    if user:
-        argv += ["-u", user]
-    return parse_rows(await run(argv, timeout=timeout), job_name)
+    names = [job_name, f"{job_name}-notebook"]
+    text = await accounted_jobs(names, since, until, FIELDS, user=user, timeout=timeout)
+    return parse_rows(text, job_name)
 
 
 def summary(rows, since, until, groups_of):

@@ -504,6 +504,7 @@ def configure_spawner(c, settings):
     from spawners.poller import SlurmPoller
 
     slurm, envs = settings["slurm"], settings["envs"]
+    configure_slurm_commands(c, slurm["bin_dir"])
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
     profiles = StoreProfiles(settings)
     c.PortalSpawner.profile_source = profiles
@@ -555,6 +556,18 @@ def configure_spawner(c, settings):
     # A queued Slurm job may take a while; the spawn page shows why.
     c.Spawner.start_timeout = 900
     c.Spawner.http_timeout = 120
+
+
+def configure_slurm_commands(c, bin_dir):
+    """Every Slurm command of the hub, its spawners and its polls from
+    ``bin_dir`` ([slurm] bin_dir), first on the sessions' PATH too; the hub
+    refuses to start (SettingsError, naming the setting) when one of Slurm's
+    commands is not there."""
+    from portal.slurm import commands
+
+    commands.use_bin_dir(bin_dir, check=True)
+    c.PortalSpawner.slurm_bin_dir = bin_dir
+    c.PortalSpawner.job_path = commands.job_path(bin_dir)
 
 
 def start_shared_poll(c):

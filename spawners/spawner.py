@@ -161,6 +161,7 @@ class PortalSpawner(
             self.log_dir, self.warn_minutes, self.activity_interval, self.gpu_busy_percent,
             profile=profile.name if profile else "",
             environment=profile.environment if profile else "",
+            slurm_bin_dir=self.slurm_bin_dir,
         )  # fmt: skip
         env.update({k: v for k, v in told.to_environ().items() if v})
         return env

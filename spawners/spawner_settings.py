@@ -218,7 +218,18 @@ class PortalSpawnerSettings(SlurmSpawner):
 
     job_path = Unicode(
         "/usr/local/bin:/usr/bin:/bin",
-        help="""PATH of the job before the environment is activated.""",
+        help="""PATH of the job before the environment is activated; the hub's
+        configuration puts [slurm] bin_dir first when it is another folder
+        (``spawners.hub_config.job_path``).""",
+    ).tag(config=True)
+
+    slurm_bin_dir = Unicode(
+        SLURM["bin_dir"],
+        help="""The folder of Slurm's commands, as the session is told it
+        (``PORTAL_SLURM_BIN_DIR``: its squeue of the time left). The hub's
+        own commands take theirs from ``portal.slurm.commands.use_bin_dir``;
+        both are [slurm] bin_dir. Default ``/usr/bin``. Example:
+        ``/opt/slurm/bin``.""",
     ).tag(config=True)
 
     allowed_unix_groups = List(

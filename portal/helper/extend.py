@@ -22,11 +22,22 @@ says. The helper refuses, changing nothing, unless:
 - its user is not root, has the uid Slurm names and a uid within that hub's
   ``[hub] uid_min``..``uid_max``, and is a member of one of its
   ``[ldap] allowed_groups`` (through NSS, as ``getent group``);
-- it runs under the portal's Slurm account (ACCOUNT);
 - MINUTES is longer than its limit now (a user may shorten their own job;
   this only lengthens), at most PROFILE_MAX, and within its partition's
   MaxTime and its QOS's MaxWall (root's ``scontrol update`` is held to
   neither by Slurm).
+
+Whatever Slurm account the job runs under (a lab's, the user's default):
+the portal's jobs are known by what their hub registered, not by an account.
+A user's own job that a user named like the portal's sessions passes the
+checks of the job above; it is the hub that asks for its own sessions' jobs
+alone (``portal.extend``: the job id it submitted, read again from Slurm),
+and the profile's, the partition's and the QOS's caps hold here whoever asks.
+
+Slurm's commands run from the folder the job's hub registered (its
+``[slurm] bin_dir``), never from one the caller names, and only when that
+folder, each folder above it and the command are root's alone; the job
+itself is looked up with the first registered folder that has squeue.
 
 Then it runs ``scontrol update JobId=JOB TimeLimit=...`` and prints the new
 limit as Slurm writes it. Every refusal is one line on stderr and a non-zero
@@ -53,8 +64,6 @@ from dataclasses import dataclass
 # registrations are (a folder of root's, one JOB_NAME.json per hub).
 INSTALLED_AT = "/usr/local/libexec/portal/portal-extend"
 REGISTRY = "/etc/portal/extend.d"
-# The Slurm account of the portal's users (deploy/slurm.sh ACCOUNT).
-ACCOUNT = "portal"
 # The most minutes a limit may have: a profile's max_hours is at most 30 days
 # (portal.core.profiles.MAX_HOURS).
 MAX_MINUTES = 30 * 24 * 60
@@ -71,8 +80,9 @@ MINUTES_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", re.ASCII)
 MAX_JOB_ID = 2**32 - 3  # Slurm's NO_VAL and INFINITE are 2**32-2 and 2**32-1
 
-# Every Slurm command runs by its full path, with this environment only.
-SLURM_BIN = "/usr/bin"
+# A registered folder of Slurm's commands ([slurm] bin_dir): absolute and
+# plain. Every Slurm command runs by its full path there, with ENV only.
+BIN_DIR_RE = re.compile(r"/[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*", re.ASCII)
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 TIMEOUT = 20
 # squeue's fields; the job's name, which its user may set to anything, last.
@@ -119,6 +129,7 @@ class Hub:
     groups: tuple
     uid_min: int
     uid_max: int
+    bin_dir: str  # the folder of Slurm's commands ([slurm] bin_dir)
 
 
 # -- the request ------------------------------------------------------------
@@ -252,16 +263,17 @@ def parse_max_wall(text, qos):
 # -- the hubs' registrations ------------------------------------------------
 
 
-def registration(job_name, groups, uid_min, uid_max):
+def registration(job_name, groups, uid_min, uid_max, bin_dir):
     """A hub's registration, as deploy/hub.sh writes it to
     ``REGISTRY/JOB_NAME.json``; ValueError naming the setting to fix.
 
-    >>> registration("portal-jupyter", ["portal-users"], 10000, 60000)
-    '{"job_name": "portal-jupyter", "groups": ["portal-users"], "uid_min": 10000, "uid_max": 60000}'
+    >>> registration("portal-jupyter", ["portal-users"], 10000, 60000, "/usr/bin")[-58:]
+    '"uid_min": 10000, "uid_max": 60000, "bin_dir": "/usr/bin"}'
     """
     text = json.dumps(
-        {"job_name": job_name, "groups": list(groups), "uid_min": uid_min, "uid_max": uid_max}
-    )
+        {"job_name": job_name, "groups": list(groups), "uid_min": uid_min, "uid_max": uid_max,
+         "bin_dir": bin_dir}
+    )  # fmt: skip
     try:
         read_registration(text, job_name)
     except Refused as e:
@@ -274,8 +286,9 @@ def read_registration(text, job_name):
     ``job_name``."""
     try:
         data = json.loads(text)
-        hub = Hub(data["job_name"], tuple(data["groups"]), data["uid_min"], data["uid_max"])
-    except (ValueError, KeyError, TypeError):
+        hub = Hub(data["job_name"], tuple(data["groups"]), data["uid_min"], data["uid_max"],
+                  data.get("bin_dir"))  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise Refused(f"the registration of {shown(job_name)} is not valid JSON of a hub") from None
     if not isinstance(hub.job_name, str) or not NAME_RE.fullmatch(hub.job_name):
         raise Refused(f"[slurm] job_name {shown(hub.job_name)} is not a plain name")
@@ -288,7 +301,33 @@ def read_registration(text, job_name):
             raise Refused(f"[hub] uid_min and uid_max of {shown(job_name)} are not uids")
     if hub.uid_min > hub.uid_max:
         raise Refused(f"[hub] uid_min of {shown(job_name)} is more than its uid_max")
+    if hub.bin_dir is None:
+        raise Refused(
+            f"the registration of {shown(job_name)} names no folder of Slurm's commands: "
+            "register the hub again (deploy/hub.sh start)"
+        )
+    if not isinstance(hub.bin_dir, str) or not is_plain_folder(hub.bin_dir):
+        raise Refused(
+            f"[slurm] bin_dir of {shown(job_name)} is not a plain absolute folder: "
+            f"{shown(str(hub.bin_dir), 64)}"
+        )
     return hub
+
+
+def is_plain_folder(path):
+    """Whether ``path`` is an absolute folder without ``.``, ``..``, a doubled
+    or trailing ``/`` or any character but letters, digits and ``_.+-``.
+
+    >>> [is_plain_folder(p) for p in ("/usr/bin", "/opt/slurm-23.11/bin", "/")]
+    [True, True, False]
+    >>> [is_plain_folder(p) for p in ("usr/bin", "/opt/../bin", "/usr/bin/", "/a b")]
+    [False, False, False, False]
+    """
+    return (
+        len(path) <= 255
+        and bool(BIN_DIR_RE.fullmatch(path))
+        and not any(part in (".", "..") for part in path.split("/"))
+    )
 
 
 def trusted(st):
@@ -303,19 +342,21 @@ def trusted(st):
 def extend(argv, system):
     """Check the request ``argv`` against Slurm and the hubs (``system``, a
     ``System``) and, when everything holds, set the limit. Returns the new
-    limit as Slurm writes it; Refused (changing nothing) otherwise."""
+    limit as Slurm writes it; Refused (changing nothing) otherwise. Slurm is
+    asked from the folder of the job's hub's registration (``Hub.bin_dir``)."""
     request = parse_request(argv)
     job = system.job(request.job_id)
     if job is None:
         raise Refused(f"job {request.job_id} is not in Slurm's queue")
-    check_job(job, system)
-    new = check_limit(job, request, system)
-    system.set_limit(job.id, new)
+    hub = check_job(job, system)
+    new = check_limit(job, request, system, hub.bin_dir)
+    system.set_limit(job.id, new, hub.bin_dir)
     return slurm_time(new)
 
 
 def check_job(job, system):
-    """A running session of a hub, of one of that hub's users; Refused otherwise."""
+    """A running session of a hub, of one of that hub's users, under any
+    Slurm account: that hub's registration (a Hub); Refused otherwise."""
     if job.state != "RUNNING":
         raise Refused(
             f"job {job.id} is {job.state}, not RUNNING: only a running session is extended"
@@ -348,16 +389,12 @@ def check_job(job, system):
             f"job {job.id} belongs to {job.user}, who is in none of the portal's groups "
             f"({', '.join(sorted(hub.groups))})"
         )
-    if job.account != ACCOUNT:
-        raise Refused(
-            f"job {job.id} runs under the account {shown(job.account, 32)}, not the portal's "
-            f"({ACCOUNT})"
-        )
+    return hub
 
 
-def check_limit(job, request, system):
+def check_limit(job, request, system, bin_dir):
     """The new limit in minutes, when it lengthens the job within its
-    profile and Slurm's caps; Refused otherwise."""
+    profile and Slurm's caps (read from ``bin_dir``); Refused otherwise."""
     new = request.minutes
     if job.limit is None:
         raise Refused(f"job {job.id} has no time limit: it needs no extension")
@@ -372,8 +409,8 @@ def check_limit(job, request, system):
             f"({slurm_time(request.profile_max)})"
         )
     for what, cap in (
-        (f"partition {job.partition}", system.partition_max(job.partition)),
-        (f"QOS {job.qos}", system.qos_max(job.qos)),
+        (f"partition {job.partition}", system.partition_max(job.partition, bin_dir)),
+        (f"QOS {job.qos}", system.qos_max(job.qos, bin_dir)),
     ):
         if cap is not None and new > cap:
             raise Refused(f"{slurm_time(new)} is more than {what} allows ({slurm_time(cap)})")
@@ -383,13 +420,54 @@ def check_limit(job, request, system):
 # -- this machine -----------------------------------------------------------
 
 
+class Unusable(Refused):
+    """A registered folder of Slurm's commands that cannot be used: a command
+    missing there, or one root does not alone hold."""
+
+
+def check_root_folder(folder, what):
+    """``folder`` and each folder above it: folders (no link) of root's alone;
+    Unusable, naming ``what``, otherwise."""
+    while True:
+        try:
+            st = os.lstat(folder)
+        except OSError as e:
+            raise Unusable(f"{folder} cannot be read: {e.strerror}: {what}") from None
+        if not stat.S_ISDIR(st.st_mode) or not trusted(st):
+            raise Unusable(f"{folder} is not a folder of root's alone: {what}")
+        if folder == "/":
+            return
+        folder = os.path.dirname(folder)
+
+
+def root_command(bin_dir, name):
+    """The full path of Slurm's command ``name`` in the registered folder
+    ``bin_dir``, when root alone holds it (a link is followed, and where it
+    leads is checked); Unusable otherwise: root runs nobody else's file."""
+    path = os.path.join(bin_dir, name)
+    check_root_folder(bin_dir, f"{name} not run from it")
+    real = os.path.realpath(path)
+    check_root_folder(os.path.dirname(real), f"{name} not run from it")
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        raise Unusable(f"{path} is not there: {name} not run") from None
+    if not stat.S_ISREG(st.st_mode) or not trusted(st) or not st.st_mode & 0o100:
+        raise Unusable(f"{path} is not a command of root's alone: not run")
+    return path
+
+
 class System:
     """What the helper reads, and its one change, on this machine: Slurm's
-    commands run as root by their full paths with ``ENV``, the users and
-    groups through NSS, the registrations from REGISTRY."""
+    commands run as root by their full paths in a registered folder with
+    ``ENV``, the users and groups through NSS, the registrations from
+    REGISTRY."""
 
-    def slurm(self, *argv):
-        command = os.path.join(SLURM_BIN, argv[0])
+    def __init__(self, registry=REGISTRY):
+        self.registry = registry
+
+    def slurm(self, bin_dir, *argv):
+        command = root_command(bin_dir, argv[0])
         try:
             done = subprocess.run(
                 [command, *argv[1:]], stdin=subprocess.DEVNULL, capture_output=True,
@@ -404,20 +482,51 @@ class System:
             raise Refused(f"{argv[0]} failed: {error[:200]}")
         return done.stdout
 
+    def folders(self):
+        """The folders of Slurm's commands the hubs registered, each once,
+        in the order of their job names (a registration that cannot be read
+        is left out here: it extends no job)."""
+        found = []
+        if not os.path.lexists(self.registry):
+            return found
+        check_root_folder(self.registry, "registrations not read")
+        for entry in sorted(os.listdir(self.registry)):
+            name = entry.removesuffix(".json")
+            if name == entry or not NAME_RE.fullmatch(name):
+                continue
+            try:
+                hub = self.hub(name)
+            except Refused:
+                continue
+            if hub is not None and hub.bin_dir not in found:
+                found.append(hub.bin_dir)
+        return found
+
     def job(self, job_id):
-        try:
-            text = self.slurm("squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT)
-        except Refused as e:
-            if "Invalid job id" in str(e):
-                return None
-            raise
-        return parse_job(text, job_id)
+        """The job as squeue lists it, asked from the first registered folder
+        that has a squeue of root's; None when Slurm does not list it."""
+        folders = self.folders()
+        if not folders:
+            raise Refused(f"no hub registered its sessions in {self.registry}")
+        unusable = None
+        for folder in folders:
+            try:
+                text = self.slurm(folder, "squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT)
+            except Unusable as e:
+                unusable = unusable or e
+                continue
+            except Refused as e:
+                if "Invalid job id" in str(e):
+                    return None
+                raise
+            return parse_job(text, job_id)
+        raise unusable
 
-    def partition_max(self, name):
-        return parse_max_time(self.slurm("scontrol", "show", "partition", "-o", name))
+    def partition_max(self, name, bin_dir):
+        return parse_max_time(self.slurm(bin_dir, "scontrol", "show", "partition", "-o", name))
 
-    def qos_max(self, name):
-        text = self.slurm("sacctmgr", "-n", "-P", "show", "qos", name, "format=MaxWall")
+    def qos_max(self, name, bin_dir):
+        text = self.slurm(bin_dir, "sacctmgr", "-n", "-P", "show", "qos", name, "format=MaxWall")
         return parse_max_wall(text, name)
 
     def uid(self, user):
@@ -439,17 +548,10 @@ class System:
     def hub(self, job_name):
         """The registration ``REGISTRY/JOB_NAME.json``, when root alone could
         have written it; None when there is none."""
-        if not os.path.lexists(REGISTRY):
+        if not os.path.lexists(self.registry):
             return None
-        folder = REGISTRY
-        while True:  # the folder and each above it: root's alone, no link
-            st = os.lstat(folder)
-            if not stat.S_ISDIR(st.st_mode) or not trusted(st):
-                raise Refused(f"{folder} is not a folder of root's alone: registrations not read")
-            if folder == "/":
-                break
-            folder = os.path.dirname(folder)
-        path = os.path.join(REGISTRY, f"{job_name}.json")
+        check_root_folder(self.registry, "registrations not read")
+        path = os.path.join(self.registry, f"{job_name}.json")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
@@ -462,8 +564,10 @@ class System:
                 raise Refused(f"{path} is not a file of root's alone: not read")
             return read_registration(f.read(65536).decode("utf-8", "replace"), job_name)
 
-    def set_limit(self, job_id, minutes):
-        self.slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={slurm_time(minutes)}")
+    def set_limit(self, job_id, minutes, bin_dir):
+        self.slurm(
+            bin_dir, "scontrol", "update", f"JobId={job_id}", f"TimeLimit={slurm_time(minutes)}"
+        )
 
 
 def main(argv=None, system=None):

@@ -28,12 +28,19 @@ TIMEOUT = 10.0  # seconds squeue may take
 async def squeue_end(job_id, timeout=TIMEOUT):
     """``(end, reason)`` of ``job_id``, from squeue; a failure is a reason, never raised."""
     try:
-        output = await commands.job_end(job_id, os.environ.get("SLURM_CONF", ""), timeout)
+        output = await commands.job_end(
+            job_id, os.environ.get("SLURM_CONF", ""), timeout, slurm_bin_dir()
+        )
     except SlurmError as e:
         return None, str(e)
     except OSError as e:  # no squeue on this node
         return None, f"squeue could not run: {e.strerror or e}"
     return parse_end(output, job_id)
+
+
+def slurm_bin_dir(environ=None):
+    """The folder of Slurm's commands the hub told the session (``portal.contract``)."""
+    return SessionEnv.from_environ(environ).slurm_bin_dir
 
 
 class JobEnd:

@@ -38,6 +38,7 @@ from portal import settings as site_settings
 from portal.helper import extend as extendhelper
 from portal.helper import imagecheck, notebook
 from portal.settings import portal_groups
+from portal.slurm import commands as slurm_commands
 
 from . import units
 from .files import SetupError, make_dir, private_copy, render, replace_file, say, write_if_changed
@@ -130,8 +131,8 @@ def is_https(settings):
 
 
 def slurm_bin(settings):
-    """The folder of Slurm's commands ([slurm] bin_dir, /usr/bin when unset)."""
-    return settings["slurm"].get("bin_dir") or "/usr/bin"
+    """The folder of Slurm's commands ([slurm] bin_dir)."""
+    return settings["slurm"]["bin_dir"]
 
 
 def sudoers(settings):
@@ -274,13 +275,8 @@ def check_prerequisites(settings):
         for name, fix in PREREQUISITES.items()
         if not shutil.which(name, path=path)
     ]
-    folder = slurm_bin(settings)
-    for name in ("sbatch", "scancel", "squeue", "sinfo", "scontrol", "sacct", "sacctmgr"):
-        if not os.access(Path(folder) / name, os.X_OK):
-            missing.append(
-                f"{name} not found in {folder}: set [slurm] bin_dir to the folder of "
-                "Slurm's commands"
-            )
+    slurm = slurm_commands.missing_commands(slurm_bin(settings))  # the hub's start check's
+    missing += [slurm] if slurm else []
     if missing:
         raise SetupError("missing prerequisites:\n  " + "\n  ".join(missing))
 

@@ -3,9 +3,11 @@ hub's account, as a user through the sudoers rule, or through the root
 helper ``portal-extend``), its environment and timeout, and which parser
 reads its output.
 
-Commands run as argument lists (no shell), with ``MINIMAL_ENV`` and never
-the caller's environment, and are killed after ``timeout`` seconds. A
-command that fails or times out raises SlurmError with Slurm's own message.
+Commands run as argument lists (no shell), each by its full path in
+Slurm's commands' folder (``[slurm] bin_dir``, ``BIN_DIR``), with
+``MINIMAL_ENV`` and never the caller's environment, and are killed after
+``timeout`` seconds. A command that fails or times out raises SlurmError
+with Slurm's own message.
 """
 
 import asyncio
@@ -14,6 +16,7 @@ import time
 
 from portal.core import usernames
 from portal.helper import extend as extendhelper
+from portal.settings import SettingsError, defaults
 
 from .parse import (
     SACCT_TASK_FIELDS,
@@ -53,11 +56,80 @@ SINFO_FIELDS = [
     "Time:24",
 ]
 
-__all__ = ["MINIMAL_ENV", "OBSERVERS", "SlurmError", "as_user", "run", "sbatch_argv"]
+__all__ = [
+    "BIN_DIR", "MINIMAL_ENV", "OBSERVERS", "SlurmError", "as_user", "command", "run",
+    "sbatch_argv", "use_bin_dir",
+]  # fmt: skip
+
+# The folder of Slurm's commands ([slurm] bin_dir): the site's default until
+# the process that runs them (the hub, the admin service, ``portal.health``,
+# deploy/smoke.py) sets its settings' with ``use_bin_dir`` as it starts. A
+# session is told it by the hub (``portal.contract``) and names it itself.
+BIN_DIR = defaults()["slurm"]["bin_dir"]
+# Every command the portal runs from that folder, as a user, the hub's
+# account or root; the hub refuses to start when one is not there.
+COMMANDS = ("sbatch", "scancel", "squeue", "sinfo", "scontrol", "sacct", "sacctmgr")
 
 # Callables ``observer(command, seconds, ok)`` told of every command ``run``
 # ran (the hub's Prometheus series, spawners.metrics); none by default.
 OBSERVERS = []
+
+
+def use_bin_dir(folder, check=False):
+    """Run Slurm's commands from ``folder`` ([slurm] bin_dir) from now on.
+    ``check`` (the hub's start): SettingsError, naming the setting, when one
+    of them is not there (``missing_commands``); an absolute folder always."""
+    global BIN_DIR
+    problem = missing_commands(folder)
+    if problem and (check or not os.path.isabs(str(folder))):
+        raise SettingsError(problem)
+    BIN_DIR = folder
+
+
+def missing_commands(folder):
+    """Why Slurm's commands (COMMANDS) cannot run from ``folder``: "" when
+    each is an executable file there.
+
+    >>> missing_commands("/nonexistent/slurm/bin")[:58]
+    'sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr '
+    >>> missing_commands("slurm/bin")
+    "[slurm] bin_dir must be an absolute folder, not 'slurm/bin'"
+    """
+    if not isinstance(folder, str) or not os.path.isabs(folder):
+        return f"[slurm] bin_dir must be an absolute folder, not {folder!r}"
+    missing = [
+        name
+        for name in COMMANDS
+        if not os.path.isfile(os.path.join(folder, name))
+        or not os.access(os.path.join(folder, name), os.X_OK)
+    ]
+    if not missing:
+        return ""
+    return (
+        f"{', '.join(missing)} not found in {folder}: set [slurm] bin_dir to the folder "
+        "of Slurm's commands"
+    )
+
+
+def command(name, bin_dir=None):
+    """Slurm's command ``name`` by its full path in ``bin_dir`` (``BIN_DIR``).
+
+    >>> command("sbatch", "/opt/slurm/bin")
+    '/opt/slurm/bin/sbatch'
+    """
+    return os.path.join(bin_dir or BIN_DIR, name)
+
+
+def job_path(bin_dir=None):
+    """The PATH a session's or a notebook job's script starts with: Slurm's
+    folder (``bin_dir``, ``BIN_DIR``) first when it is not a system one.
+
+    >>> job_path("/opt/slurm/bin"), job_path("/usr/bin")
+    ('/opt/slurm/bin:/usr/local/bin:/usr/bin:/bin', '/usr/local/bin:/usr/bin:/bin')
+    """
+    folders = ["/usr/local/bin", "/usr/bin", "/bin"]
+    bin_dir = bin_dir or BIN_DIR
+    return ":".join(folders if bin_dir in folders else [bin_dir, *folders])
 
 
 async def run(argv, *, input=None, env=None, timeout=20, with_stderr=False):
@@ -195,7 +267,7 @@ def sbatch_argv(
         head += [f"--array=0-{array - 1}"] if array else []
         tail = []
     return [
-        "sbatch",
+        command("sbatch"),
         *head,
         f"--nodes={job_slice.nodes}",
         f"--ntasks-per-node={job_slice.gpus}",
@@ -220,14 +292,15 @@ def resource_options(job_slice):
 # -- in a session, as its user ----------------------------------------------
 
 
-async def job_end(job_id, slurm_conf, timeout):
+async def job_end(job_id, slurm_conf, timeout, bin_dir=None):
     """squeue's end of ``job_id`` (``parse.parse_end`` reads it), run in the
-    session's server. squeue prints its times in $TZ: UTC, so the end needs
-    no guess of the node's time zone; nothing else of the server's
-    environment but where Slurm's configuration is, when the site names it
-    (``slurm_conf``)."""
+    session's server, from ``bin_dir`` (the hub's [slurm] bin_dir, which the
+    session is told: ``portal.contract``). squeue prints its times in $TZ:
+    UTC, so the end needs no guess of the node's time zone; nothing else of
+    the server's environment but where Slurm's configuration is, when the
+    site names it (``slurm_conf``)."""
     env = {**MINIMAL_ENV, "TZ": "UTC", **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
-    argv = ["squeue", "--noheader", "--jobs", job_id, "--format", "%e"]
+    argv = [command("squeue", bin_dir), "--noheader", "--jobs", job_id, "--format", "%e"]
     return await run(argv, env=env, timeout=timeout)
 
 
@@ -236,33 +309,33 @@ async def job_end(job_id, slurm_conf, timeout):
 
 async def queue(job_name, timeout):
     """Every job named ``job_name`` (one squeue for all sessions): ``{id: Job}``."""
-    argv = ["squeue", "--noheader", "--name", job_name, "--format", SQUEUE_FORMAT]
+    argv = [command("squeue"), "--noheader", "--name", job_name, "--format", SQUEUE_FORMAT]
     return parse_squeue(await run(argv, timeout=timeout))
 
 
 async def partitions(timeout):
     """Every node, by partition (one sinfo): ``{name: Partition}``."""
-    argv = ["sinfo", "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
+    argv = [command("sinfo"), "--noheader", "--Node", "--Format", ",".join(SINFO_FIELDS)]
     return parse_sinfo(await run(argv, timeout=timeout))
 
 
 async def qos_usage(timeout):
     """The GPUs each user holds in each QOS, as slurmctld counts them against
     the QOS's limit per user (one scontrol for everyone): ``{qos: {uid: gpus}}``."""
-    argv = ["scontrol", "show", "assoc_mgr", "flags=qos"]
+    argv = [command("scontrol"), "show", "assoc_mgr", "flags=qos"]
     return parse_qos_usage(await run(argv, timeout=timeout))
 
 
 async def qos_gpu_limits(timeout):
     """Every QOS's GPUs per user, ``{qos: gpus}`` (None: no limit)."""
-    argv = ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxTRESPU"]
+    argv = [command("sacctmgr"), "-n", "-P", "show", "qos", "format=Name,MaxTRESPU"]
     return parse_qos_gpu_limits(await run(argv, timeout=timeout))
 
 
 async def default_qos(username, partition, timeout):
     """The QOS a session of ``username`` on ``partition`` runs under (sbatch
     names none: the default account's association's), "" when none is known."""
-    argv = ["sacctmgr", "-n", "-P", "show", "user", username, "withassoc",
+    argv = [command("sacctmgr"), "-n", "-P", "show", "user", username, "withassoc",
             "format=DefaultAccount,Account,Partition,DefaultQOS,QOS"]  # fmt: skip
     return parse_default_qos(await run(argv, timeout=timeout), partition)
 
@@ -276,27 +349,28 @@ async def expected_start(job_slice, timeout):
 
 async def end_reason(job_id, timeout):
     """How a job ended, from sacct (``"FAILED, exit code 1:0"``), or ""."""
-    argv = ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]
+    argv = [command("sacct"), "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]
     return parse_end_reason(await run(argv, timeout=timeout))
 
 
 async def gpu_indices(job_id, nodes, timeout):
     """The GPU indices of a running job on each of its ``nodes`` (squeue's):
     ``{"n1": "0-1"}``."""
-    argv = ["scontrol", "show", "job", "-d", job_id]
+    argv = [command("scontrol"), "show", "job", "-d", job_id]
     return parse_gpu_indices(await run(argv, timeout=timeout), nodes)
 
 
 async def job_fields(job_id, timeout):
     """A job's fields as ``scontrol show job -o`` prints them: ``{"JobState": ...}``."""
-    return parse_job_fields(await run(["scontrol", "show", "job", "-o", job_id], timeout=timeout))
+    argv = [command("scontrol"), "show", "job", "-o", job_id]
+    return parse_job_fields(await run(argv, timeout=timeout))
 
 
 async def running_limit(job_id, username, job_name, timeout):
     """``(limit_minutes, end)`` of ``job_id`` when it is a running job of
     ``username`` named ``job_name`` (a session of this hub), else None. Read
     from squeue's own fields, never from text a user may set (a job's Comment)."""
-    argv = ["squeue", "-h", "-j", job_id, "-u", username, "-n", job_name, "-t", "RUNNING",
+    argv = [command("squeue"), "-h", "-j", job_id, "-u", username, "-n", job_name, "-t", "RUNNING",
             "-o", "%i|%l|%e"]  # fmt: skip
     try:
         return parse_running_limit(await run(argv, timeout=timeout), job_id)
@@ -309,7 +383,7 @@ async def running_limit(job_id, username, job_name, timeout):
 async def slurm_uids(name, timeout):
     """``{name: uid}`` as slurmctld holds the user ``name`` now (uid None: it
     found no Unix account when it heard of the user); {} when it has none."""
-    argv = ["scontrol", "show", "assoc_mgr", f"users={name}", "flags=users"]
+    argv = [command("scontrol"), "show", "assoc_mgr", f"users={name}", "flags=users"]
     return parse_assoc_uids(await run(argv, timeout=timeout))
 
 
@@ -319,15 +393,16 @@ async def wall_caps(job_id, timeout):
     "QOS portal": minutes}`` (None: no cap). SlurmError when one cannot be
     read. The hub checks them to answer with a clear message; the helper
     checks them again."""
-    fields = (await run(["squeue", "-h", "-j", job_id, "-o", "%P|%q"], timeout=timeout)).strip()
+    argv = [command("squeue"), "-h", "-j", job_id, "-o", "%P|%q"]
+    fields = (await run(argv, timeout=timeout)).strip()
     partition, _, qos = fields.partition("|")
     if not partition or not qos:
         raise SlurmError(f"squeue gave no partition and QOS for job {job_id}: {fields[:80]!r}")
     part = parse_job_fields(
-        await run(["scontrol", "show", "partition", "-o", partition], timeout=timeout)
+        await run([command("scontrol"), "show", "partition", "-o", partition], timeout=timeout)
     )
     wall = await run(
-        ["sacctmgr", "-n", "-P", "show", "qos", qos, "format=MaxWall"], timeout=timeout
+        [command("sacctmgr"), "-n", "-P", "show", "qos", qos, "format=MaxWall"], timeout=timeout
     )
     return {
         f"partition {partition}": max_time_minutes(part.get("MaxTime", "")),
@@ -387,12 +462,12 @@ async def submit(username, script, argv, timeout):
 
 async def cancel(username, job_ids, timeout):
     """scancel the jobs as ``username`` (their owner)."""
-    await run(as_user(username, ["scancel", *job_ids]), timeout=timeout)
+    await run(as_user(username, [command("scancel"), *job_ids]), timeout=timeout)
 
 
 async def listed(job_ids, timeout):
     """Which of ``job_ids`` squeue still lists (none: squeue says "Invalid job id")."""
-    argv = ["squeue", "-h", "-o", "%i", "-j", ",".join(job_ids)]
+    argv = [command("squeue"), "-h", "-o", "%i", "-j", ",".join(job_ids)]
     try:
         return set((await run(argv, timeout=timeout)).split()) & set(job_ids)
     except SlurmError as e:
@@ -409,9 +484,9 @@ async def notebook_tasks(job_ids, timeout):
     if not job_ids:
         return {}, {}
     ids = ",".join(job_ids)
-    argv = ["sacct", "-a", "-X", "-n", "-P", "-j", ids, "-o", SACCT_TASK_FIELDS]
+    argv = [command("sacct"), "-a", "-X", "-n", "-P", "-j", ids, "-o", SACCT_TASK_FIELDS]
     accounted = parse_sacct_tasks(await run(argv, timeout=timeout))
-    argv = ["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%S|%e|%r"]
+    argv = [command("squeue"), "-h", "-r", "-j", ids, "-o", "%i|%T|%S|%e|%r"]
     try:
         queued = parse_squeue_tasks(await run(argv, timeout=timeout))
     except SlurmError as e:
@@ -421,6 +496,32 @@ async def notebook_tasks(job_ids, timeout):
     return accounted, queued
 
 
+async def accounted_jobs(names, since, until, fields, user=None, timeout=60):
+    """sacct's lines of every job named one of ``names`` (sessions and
+    notebook jobs, steps included) that ran between ``since`` and ``until``
+    (datetimes), of ``user`` or everyone, with ``fields`` (the usage
+    report's: ``portal.usage.parse_rows`` reads them)."""
+    argv = [command("sacct"), "-a", "-n", "-P", "--name", ",".join(names),
+            "-S", since.isoformat(timespec="seconds"), "-E", until.isoformat(timespec="seconds"),
+            "-o", fields]  # fmt: skip
+    if user:
+        argv += ["-u", user]
+    return await run(argv, timeout=timeout)
+
+
+async def ping(timeout, bin_dir=None):
+    """``scontrol ping``'s answer: whether slurmctld is UP (``portal.health``,
+    which names the settings' ``bin_dir``)."""
+    return await run([command("scontrol", bin_dir), "ping"], timeout=timeout)
+
+
+async def clusters(timeout, bin_dir=None):
+    """The clusters slurmdbd holds (``sacctmgr show cluster``, which answers
+    through slurmdbd: ``portal.health``), one name a line."""
+    argv = [command("sacctmgr", bin_dir), "-n", "-P", "show", "cluster", "format=Cluster"]
+    return await run(argv, timeout=timeout)
+
+
 async def cancel_as_root(job_ids, timeout):
     """scancel by root (the smoke test's and tests' clean-up)."""
-    await run(["scancel", *job_ids], timeout=timeout)
+    await run([command("scancel"), *job_ids], timeout=timeout)

@@ -17,12 +17,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from portal import settings
 from portal.helper import extend as extendhelper
 from tests.support import REPO
 from tests.support.hubclient import SERVICE
 from tests.support.jobs import scontrol_job, squeue, user_jobs
-from tests.support.testhub import JOB_NAME, deploy
+from tests.support.testhub import JOB_NAME, PORT, deploy
 
 HUB_USER = settings.load()["hub"]["user"]
 HELPER = extendhelper.INSTALLED_AT
@@ -381,3 +383,65 @@ def test_a_job_outside_the_portal_is_left_alone_even_under_a_session_s_name(hub)
         assert squeue("-j", job_id, "-o", "%T") == [["RUNNING"]]
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+def sacctmgr(*args):
+    return subprocess.run(["sacctmgr", "-i", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def lab_account():
+    """A lab's Slurm account (the portal's QOS its only one, as the account
+    portal's), alice's default while the test runs: made with sacctmgr as
+    root; afterwards alice's default is portal again and the lab is gone."""
+    lab = f"lab{PORT}"
+    for args in (
+        ("add", "account", lab, "cluster=portal", "qos=portal", "defaultqos=portal",
+         "description=a lab", "organization=tests"),
+        ("add", "user", "alice", f"account={lab}", "cluster=portal"),
+        ("modify", "user", "where", "name=alice", "set", f"defaultaccount={lab}"),
+    ):  # fmt: skip
+        made = sacctmgr(*args)
+        assert made.returncode == 0, (args, made.stderr)
+    try:
+        yield lab
+    finally:
+        sacctmgr("modify", "user", "where", "name=alice", "set", "defaultaccount=portal")
+        deadline = time.monotonic() + 60  # slurmdbd keeps an ended job's association a moment
+        while sacctmgr("remove", "user", "alice", f"account={lab}").returncode != 0:
+            assert time.monotonic() < deadline, f"alice's association with {lab} stays"
+            time.sleep(2)
+        sacctmgr("remove", "account", lab)
+
+
+def test_a_session_under_a_lab_s_account_is_extended(lab_account, session, portal):
+    """The helper knows a session by its hub's registration, not by the
+    Slurm account: alice's default account is her lab's, her session runs
+    under it and is extended. Her own job (sbatch from her shell, the same
+    lab) named like the sessions is not: the hub extends the job it
+    submitted; asked by the hub's account directly, the helper still holds
+    it to the QOS's day."""
+    session("alice", profile="pytorch", gpus=1, hours=2)
+    job_id = job_of("alice")
+    assert squeue("-j", job_id, "-o", "%a") == [[lab_account]]
+    partition = settings.load()["slurm"]["partition"]
+    status, out, err = as_user(
+        "alice", "sbatch", "--parsable", "-J", JOB_NAME, "-p", partition, "--gres=gpu:1",
+        "-t", "60", "-o", "/dev/null", "--wrap", "sleep 600",
+    )  # fmt: skip
+    assert status == 0, err
+    own = out.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while squeue("-j", own, "-o", "%T %a") != [["RUNNING", lab_account]]:
+        assert time.monotonic() < deadline, squeue("-j", own, "-o", "%T %a %r")
+        time.sleep(0.5)
+
+    r = portal("alice").send("POST", "api/sessions/alice/extend", json={"hours": 1})
+    assert r.status_code == 200 and r.json()["job_id"] == job_id, r.text
+    assert time_limit(job_id) == "03:00:00"
+    assert time_limit(own) == "01:00:00"
+    status, out, err = helper(HUB_USER, own, 1500, extendhelper.MAX_MINUTES)
+    assert (status, out) == (1, "") and err == (
+        "portal-extend: 1-01:00:00 is more than QOS portal allows (1-00:00:00)\n"
+    )
+    assert time_limit(own) == "01:00:00"

@@ -10,12 +10,13 @@ from portal.settings import defaults
 def test_what_the_hub_exports_the_session_reads_back():
     sent = SessionEnv(
         log_dir=".logs", warn_minutes=30, activity_seconds=20.0, gpu_busy_percent=5.5,
-        profile="vision", environment="pytorch",
+        profile="vision", environment="pytorch", slurm_bin_dir="/opt/slurm/bin",
     )  # fmt: skip
     assert SessionEnv.from_environ(sent.to_environ()) == sent
     assert set(sent.to_environ()) == {
         "PORTAL_LOG_DIR", "PORTAL_WARN_MINUTES", "PORTAL_ACTIVITY_SECONDS",
         "PORTAL_GPU_BUSY_PERCENT", "PORTAL_PROFILE", "PORTAL_ENVIRONMENT",
+        "PORTAL_SLURM_BIN_DIR",
     }  # fmt: skip
 
 
@@ -34,6 +35,8 @@ def test_the_defaults_are_the_sites():
 def test_the_sessions_readers_use_the_contract():
     assert jobend.warn_minutes({"PORTAL_WARN_MINUTES": "7"}) == 7
     assert jobend.warn_minutes({}) == defaults()["slurm"]["warn_minutes"]
+    assert jobend.slurm_bin_dir({"PORTAL_SLURM_BIN_DIR": "/opt/slurm/bin"}) == "/opt/slurm/bin"
+    assert jobend.slurm_bin_dir({}) == defaults()["slurm"]["bin_dir"] == "/usr/bin"
 
 
 def test_the_magic_copied_alone_names_the_same_variable():

@@ -23,6 +23,8 @@ from portal.helper.extend import (
     Hub,
     Job,
     Refused,
+    System,
+    Unusable,
     main,
     read_registration,
     registration,
@@ -33,6 +35,8 @@ from portal.helper.extend import (
 from portal.slurm.parse import max_time_minutes
 
 SESSION = "portal-jupyter"
+# The folder of Slurm's commands the session's hub registered ([slurm] bin_dir).
+BIN_DIR = "/opt/slurm/bin"
 # alice's session: 2 h of a profile that allows 24 h, partition gpu (7 days), QOS portal (1 day)
 ALICE = Job("353", "RUNNING", 20001, "alice", "portal", 120, "gpu", "portal", SESSION)
 
@@ -40,15 +44,18 @@ ALICE = Job("353", "RUNNING", 20001, "alice", "portal", 120, "gpu", "portal", SE
 class Cluster:
     """What the helper reads, as a stand-in: one job, the hubs' registrations
     by job name, the users' uids and groups, the caps; ``changes`` records
-    every ``set_limit``."""
+    every ``set_limit``; ``folders`` the folder each read of Slurm's caps and
+    the change ran from."""
 
     def __init__(self, job=ALICE, **changes):
         self.jobs = {job.id: job}
         self.hubs = {
             SESSION: read_registration(
-                registration(SESSION, ["portal-users", "portal-admins"], 10000, 60000), SESSION
+                registration(SESSION, ["portal-users", "portal-admins"], 10000, 60000, BIN_DIR),
+                SESSION,
             )
         }
+        self.folders = set()
         self.uids = {"alice": 20001, "eve": 20004, "openldap": 101, "root": 0}
         self.user_groups = {"alice": {"portal-users", "vision"}, "eve": {"eve"}}
         self.caps = {"gpu": 7 * 1440, "portal": 1440, "short": 180, "open": None}
@@ -66,15 +73,18 @@ class Cluster:
     def groups(self, user):
         return self.user_groups.get(user, set())
 
-    def partition_max(self, name):
+    def partition_max(self, name, bin_dir):
+        self.folders.add(bin_dir)
         return self.caps[name]
 
-    def qos_max(self, name):
+    def qos_max(self, name, bin_dir):
+        self.folders.add(bin_dir)
         if name not in self.caps:
             raise Refused(f"sacctmgr lists no QOS {name!r}")
         return self.caps[name]
 
-    def set_limit(self, job_id, minutes):
+    def set_limit(self, job_id, minutes, bin_dir):
+        self.folders.add(bin_dir)
         self.changes.append((job_id, minutes))
 
 
@@ -229,11 +239,39 @@ def test_the_user_is_whom_slurm_names(capsys):
     )
 
 
-def test_another_account_s_job_is_left_alone(capsys):
+def test_a_session_under_a_lab_s_account_is_lengthened(capsys):
+    """The helper knows the portal's jobs by what their hub registered (job
+    name, users' groups, uid range), whatever Slurm account they run under."""
     cluster = Cluster(Job(**{**ALICE.__dict__, "account": "physics"}))
-    assert refused([353, 300, 1440], cluster, capsys) == (
-        "job 353 runs under the account 'physics', not the portal's (portal)"
+    assert helper([353, 300, 1440], cluster, capsys) == (0, "05:00:00\n", "")
+    assert cluster.changes == [("353", 300)]
+    assert not hasattr(portal.helper.extend, "ACCOUNT")
+
+
+def test_a_user_s_own_job_named_like_the_sessions_gets_no_more_than_the_caps(capsys):
+    """alice's own job (sbatch from her shell, her lab's account, a QOS of
+    its own) named like the portal's sessions passes the job's checks: the
+    helper cannot tell it from a session. The hub asks for its own sessions'
+    jobs alone (tests/integration/test_slurm_bin.py); whoever asks, the
+    profile's, the partition's and the QOS's caps hold."""
+    own = Cluster(Job(**{**ALICE.__dict__, "account": "physics", "qos": "short"}))
+    assert refused([353, 300, MAX_MINUTES], own, capsys) == (
+        "05:00:00 is more than QOS short allows (03:00:00)"
     )
+    own = Cluster(Job(**{**ALICE.__dict__, "account": "physics", "partition": "short"}))
+    assert refused([353, 240, MAX_MINUTES], own, capsys) == (
+        "04:00:00 is more than partition short allows (03:00:00)"
+    )
+    assert refused([353, 300, 240], own, capsys).endswith("profile allows (04:00:00)")
+    # and nobody else's job, under whatever name and account
+    eve = Cluster(Job(**{**ALICE.__dict__, "uid": 20004, "user": "eve", "account": "physics"}))
+    assert refused([353, 300, 1440], eve, capsys).startswith("job 353 belongs to eve, who is in")
+
+
+def test_slurm_is_asked_from_the_folder_the_job_s_hub_registered(capsys):
+    cluster = Cluster()
+    assert helper([353, 300, 1440], cluster, capsys)[0] == 0
+    assert cluster.folders == {BIN_DIR}
 
 
 def test_a_failing_slurm_command_is_a_refusal(capsys):
@@ -269,7 +307,15 @@ def test_what_nobody_foresaw_is_one_line_too(capsys):
 )
 def test_a_hub_registers_plain_names_and_uids(groups, uid_min, uid_max, job_name, message):
     with pytest.raises(ValueError, match=message):
-        registration(job_name, groups, uid_min, uid_max)
+        registration(job_name, groups, uid_min, uid_max, "/usr/bin")
+
+
+@pytest.mark.parametrize(
+    "bin_dir", ["usr/bin", "/", "/usr/bin/", "/opt/../bin", "/opt/slurm bin", "/opt//bin", 7, ""]
+)
+def test_a_hub_registers_a_plain_absolute_folder_of_slurm_s_commands(bin_dir):
+    with pytest.raises(ValueError, match="bin_dir of 'portal-jupyter' is not a plain absolute"):
+        registration(SESSION, ["portal-users"], 10000, 60000, bin_dir)
 
 
 def test_a_hub_registers_its_job_name_and_its_users_groups_and_uids():
@@ -277,20 +323,75 @@ def test_a_hub_registers_its_job_name_and_its_users_groups_and_uids():
     the cn of [ldap] allowed_groups."""
     site = settings.merge(settings.defaults(), {"slurm": {"job_name": "portal-test"}})
     hub = read_registration(settings.extend_registration(site), "portal-test")
-    assert hub == Hub("portal-test", ("portal-admins", "portal-users"), 10000, 60000)
+    assert hub == Hub("portal-test", ("portal-admins", "portal-users"), 10000, 60000, "/usr/bin")
+    site = settings.merge(site, {"slurm": {"bin_dir": "/opt/slurm/bin"}})
+    hub = read_registration(settings.extend_registration(site), "portal-test")
+    assert hub.bin_dir == "/opt/slurm/bin"
     site = settings.merge(site, {"slurm": {"job_name": "my sessions"}})
     with pytest.raises(ValueError, match="job_name 'my sessions' is not a plain name"):
         settings.extend_registration(site)
 
 
 def test_a_registration_is_of_its_own_job_name():
-    text = registration("portal-test", ["portal-users"], 10000, 60000)
+    text = registration("portal-test", ["portal-users"], 10000, 60000, "/usr/bin")
     assert read_registration(text, "portal-test").groups == ("portal-users",)
     with pytest.raises(Refused, match="names 'portal-test'"):
         read_registration(text, SESSION)
     for text in ("", "[]", "{}", '{"job_name": "portal-test"}'):
         with pytest.raises(Refused, match="not valid JSON of a hub"):
             read_registration(text, "portal-test")
+    # one written before [slurm] bin_dir: the hub registers again
+    old = '{"job_name": "t", "groups": ["g"], "uid_min": 10000, "uid_max": 60000}'
+    with pytest.raises(Refused, match=r"names no folder .* \(deploy/hub.sh start\)"):
+        read_registration(old, "t")
+
+
+def registry(tmp_path, *hubs):
+    """A registry folder of ``hubs`` (``(job_name, bin_dir)``)."""
+    folder = tmp_path / "extend.d"
+    folder.mkdir()
+    for job_name, bin_dir in hubs:
+        text = registration(job_name, ["portal-users"], 10000, 60000, bin_dir)
+        (folder / f"{job_name}.json").write_text(text)
+    return folder
+
+
+def test_the_job_is_read_with_a_registered_folder_and_never_another(tmp_path, monkeypatch):
+    """System, with the root-ownership checks stood in for (tmp_path is not
+    root's alone): the job is looked up with the registered folders in
+    turn, the first whose squeue can run; the caller names no folder."""
+    ran = []
+
+    def slurm(self, bin_dir, *argv):
+        ran.append((bin_dir, argv[0]))
+        if bin_dir == "/gone/bin":
+            raise Unusable("/gone/bin/squeue is not there: squeue not run")
+        return f"353|RUNNING|20001|alice|physics|2:00:00|gpu|portal|{SESSION}\n"
+
+    monkeypatch.setattr(System, "slurm", slurm)
+    monkeypatch.setattr(portal.helper.extend, "check_root_folder", lambda folder, what: None)
+    monkeypatch.setattr(portal.helper.extend, "trusted", lambda st: True)
+    system = System(registry(tmp_path, ("a-hub", "/gone/bin"), (SESSION, BIN_DIR)))
+    assert system.folders() == ["/gone/bin", BIN_DIR]
+    assert system.hub(SESSION).bin_dir == BIN_DIR
+    assert system.job("353").account == "physics"
+    assert ran == [("/gone/bin", "squeue"), (BIN_DIR, "squeue")]
+    (tmp_path / "none").mkdir()
+    with pytest.raises(Refused, match="no hub registered its sessions in"):
+        System(tmp_path / "none").job("353")
+
+
+def test_root_runs_no_command_of_a_folder_another_account_may_write(tmp_path):
+    """A registered folder (or one above it) that someone but root may
+    write: the command is not run (tmp_path is under the world-writable
+    /tmp, and the test's own)."""
+    command = tmp_path / "squeue"
+    command.write_text("#!/bin/sh\necho ran\n")
+    command.chmod(0o755)
+    with pytest.raises(Unusable, match="is not a folder of root's alone: squeue not run"):
+        System(tmp_path).slurm(str(tmp_path), "squeue")
+    with pytest.raises(Unusable, match=r"/usr/bin/no-such-command is not there"):
+        System(tmp_path).slurm("/usr/bin", "no-such-command")
 
 
 @pytest.mark.parametrize(

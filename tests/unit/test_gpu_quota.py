@@ -39,9 +39,9 @@ async def test_a_request_past_the_qos_is_refused_before_anything_is_submitted(ru
     assert refused.value.status_code == 400
     assert refused.value.log_message.startswith("2 GPUs is more than you may ask for now")
     assert "Ask for at most 1" in refused.value.log_message
-    assert not [argv for argv in runner.calls if "sbatch" in argv]
+    assert not [argv for argv in runner.calls if commands.command("sbatch") in argv]
     # read anew at submission: the usage just before sbatch, not the page's
-    assert ["scontrol", "show", "assoc_mgr", "flags=qos"] in runner.calls
+    assert [commands.command("scontrol"), "show", "assoc_mgr", "flags=qos"] in runner.calls
 
 
 async def test_a_request_within_the_qos_is_submitted(runner):  # noqa: F811
@@ -87,7 +87,7 @@ async def test_the_gpus_of_sessions_still_starting_count_too(runner):  # noqa: F
         "you hold 1 of the 4 GPUs that QOS portal lets you use at once, and 2 more in "
         "sessions starting. Ask for at most 1" in refused.value.log_message
     )
-    assert not [argv for argv in runner.calls if "sbatch" in argv]
+    assert not [argv for argv in runner.calls if commands.command("sbatch") in argv]
     s.user_options = {"gpus": "1", "hours": "1"}
     s.job_slice = None
     await s.submit_batch_script()  # 1 + 2 + 1: within the 4

@@ -694,7 +694,7 @@ def test_sbatch_argv_of_an_array():
     argv = sbatch_argv(job_slice, job_name="portal-jupyter-notebook", chdir=HOME, array=3)
     assert "--array=0-2" in argv
     assert "--no-requeue" in argv
-    assert argv[:2] == ["sbatch", "--parsable"]
+    assert argv[:2] == ["/usr/bin/sbatch", "--parsable"]
     assert "--job-name=portal-jupyter-notebook" in argv
 
     plain = sbatch_argv(job_slice, job_name="portal-jupyter-notebook", chdir=HOME)

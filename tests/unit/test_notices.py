@@ -123,7 +123,7 @@ async def test_a_session_with_notices_needs_an_address(runner):  # noqa: F811
         await s.submit_batch_script()
     assert refused.value.status_code == 400
     assert "no e-mail address in the directory" in refused.value.log_message
-    assert not [argv for argv in runner.calls if "sbatch" in argv]
+    assert not [argv for argv in runner.calls if "/usr/bin/sbatch" in argv]
 
 
 async def test_the_address_and_what_was_sent_survive_a_hub_restart(runner):  # noqa: F811

@@ -82,7 +82,7 @@ def test_expected_starts_are_asked_with_each_slices_own_submission_options(monke
     poller = SlurmPoller("unit-test", will_run_slices=lambda: [wide, wide, elsewhere])
     poller.partitions = full
     asyncio.run(poller._refresh_expected_starts())
-    assert asked == [["sbatch", "--test-only", *resource_options(wide), "--wrap=true"]]
+    assert asked == [["/usr/bin/sbatch", "--test-only", *resource_options(wide), "--wrap=true"]]
     assert "--cpus-per-task=16" in asked[0] and "--ntasks-per-node=1" in asked[0]
     assert poller.expected_start == {wide: datetime(2026, 11, 23, 18, 0)}
 

@@ -29,8 +29,8 @@ def before(job_slice, job_name, home):
     ]
     options = [f"--job-name={job_name}", f"--chdir={home}", "--output=/dev/null", *resources]
     return (
-        ["sbatch", "--parsable", *options],
-        ["sbatch", "--test-only", *resources, "--wrap=true"],
+        ["/usr/bin/sbatch", "--parsable", *options],
+        ["/usr/bin/sbatch", "--test-only", *resources, "--wrap=true"],
     )
 
 
@@ -46,7 +46,7 @@ def test_the_argv_is_the_one_the_old_code_produced(gpus, nodes, hours):
 def test_a_sample_slice_gives_this_command_line():
     job_slice = make_slice(2, 8, **LIMITS)
     assert sbatch_argv(job_slice, job_name="portal-jupyter", chdir="/home/ada") == [
-        "sbatch", "--parsable", "--job-name=portal-jupyter", "--chdir=/home/ada",
+        "/usr/bin/sbatch", "--parsable", "--job-name=portal-jupyter", "--chdir=/home/ada",
         "--output=/dev/null", "--nodes=1", "--ntasks-per-node=2", "--partition=gpu",
         "--gres=gpu:2", "--cpus-per-task=8", "--mem=96G", "--time=8:00:00", "--no-requeue",
     ]  # fmt: skip

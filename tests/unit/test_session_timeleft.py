@@ -64,7 +64,7 @@ async def test_squeue_runs_for_the_job_in_utc_with_a_minimal_environment(monkeyp
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
     assert await squeue_end("42", timeout=7) == (END, "")
     ((argv, env, timeout),) = squeue.calls
-    assert argv == ["squeue", "--noheader", "--jobs", "42", "--format", "%e"]
+    assert argv == ["/usr/bin/squeue", "--noheader", "--jobs", "42", "--format", "%e"]
     assert env == {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",

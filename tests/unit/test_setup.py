@@ -105,7 +105,16 @@ def test_the_registration_names_the_sessions_groups_and_uids():
         "groups": ["portal-admins", "portal-users"],
         "uid_min": 10000,
         "uid_max": 60000,
+        "bin_dir": "/usr/bin",
     }
+    site = merge(SETTINGS, {"slurm": {"bin_dir": "/opt/slurm/bin"}})
+    assert json.loads(registration(site))["bin_dir"] == "/opt/slurm/bin"
+
+
+def test_sudoers_names_slurm_s_commands_in_the_configured_folder():
+    lines = sudoers(merge(SETTINGS, {"slurm": {"bin_dir": "/opt/slurm/bin"}})).splitlines()
+    assert "Cmnd_Alias PORTAL_SLURM = /opt/slurm/bin/sbatch, /opt/slurm/bin/scancel" in lines
+    assert not [line for line in lines if "/usr/bin/" in line]
 
 
 def test_a_job_name_that_is_no_file_name_is_refused_naming_the_setting():
@@ -211,7 +220,10 @@ def test_the_prerequisites_name_the_slurm_folder_and_the_fix(tmp_path):
     site = {**SETTINGS, "slurm": {**SETTINGS["slurm"], "bin_dir": str(tmp_path)}}
     with pytest.raises(SetupError) as e:
         install.check_prerequisites(site)
-    assert f"sbatch not found in {tmp_path}: set [slurm] bin_dir" in str(e.value)
+    assert (
+        f"sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr not found in {tmp_path}: "
+        "set [slurm] bin_dir to the folder of Slurm's commands"
+    ) in str(e.value)
 
 
 def test_setup_writes_only_the_portals_own_paths():

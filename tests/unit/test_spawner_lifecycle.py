@@ -33,7 +33,7 @@ class Runner:
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
-        command = argv[argv.index("--") + 1] if argv[0] == "sudo" else argv[0]
+        command = os.path.basename(argv[argv.index("--") + 1] if argv[0] == "sudo" else argv[0])
         if command == "sbatch" and "--test-only" in argv:
             return "sbatch: Job 1 to start at 2026-11-23T18:00:00 using 8 processors"
         if command == "sbatch":
@@ -119,8 +119,8 @@ async def test_submit_start_poll_stop_and_state(runner):
 
     # stop: scancel as the user, then the shared poll no longer lists the job
     await asyncio.wait_for(s.stop(), 10)
-    scancel = next(argv for argv in runner.calls if "scancel" in argv)
-    assert scancel == ["sudo", "-n", "-u", ME, "--", "scancel", "4242"]
+    scancel = next(argv for argv in runner.calls if commands.command("scancel") in argv)
+    assert scancel == ["sudo", "-n", "-u", ME, "--", commands.command("scancel"), "4242"]
     assert await s.poll() == 1
     assert s.job_id == ""
 
