@@ -44,8 +44,8 @@ from .files import SetupError, make_dir, private_copy, render, replace_file, say
 
 SUDOERS = Path("/etc/sudoers.d/portal")
 MANIFEST = Path("/etc/portal/setup.json")
-"""What setup made that was not there before it (the accounts), so that
-uninstall removes those and nothing a site made itself."""
+"""What setup made that was not there before it (the accounts, the notebook
+templates), so that uninstall removes those and nothing a site made itself."""
 PROXY_TOKEN_ENV = Path("/etc/portal/proxy-token.env")
 """The proxy's token for its unit (root's, 0600: systemd reads it as root
 and hands it to the proxy in its environment alone)."""
@@ -194,7 +194,10 @@ def proxy_args(settings, layout):
         args += ["--client-ssl-cert", f"{tls}/proxy-client.crt"]
         args += ["--client-ssl-ca", f"{tls}/proxy-client-ca_trust.crt"]
         args += ["--client-ssl-request-cert", "--client-ssl-reject-unauthorized"]
-    hub = f"{scheme}://127.0.0.1:{settings['hub']['api_port']}"
+    # where the hub's API listens ([hub] api_ip): its own route, and its error pages
+    ip = site_settings.hub_api_ip(settings)
+    ip = "127.0.0.1" if ip in ("0.0.0.0", "::") else ip
+    hub = f"{scheme}://{ip}:{settings['hub']['api_port']}"
     args += ["--api-ip", "127.0.0.1", "--api-port", str(settings["hub"]["proxy_api_port"])]
     return args + ["--default-target", hub, "--error-target", f"{hub}/hub/error"]
 
@@ -302,10 +305,7 @@ def ensure_accounts(settings):
         say(f"created the system account {user}")
         made.append(user)
     if made:
-        manifest = read_manifest()
-        manifest["accounts"] = sorted(set(manifest.get("accounts", [])) | set(made))
-        make_dir(MANIFEST.parent)
-        write_if_changed(MANIFEST, json.dumps(manifest, indent=1) + "\n", 0o644)
+        note_in_manifest("accounts", made)
 
 
 def read_manifest():
@@ -317,12 +317,22 @@ def read_manifest():
 
 def install_templates(settings):
     """The notebook templates, where sessions copy them from (world-readable),
-    replaced whole so a session never sees half a copy."""
+    replaced whole so a session never sees half a copy. [envs] prefix may be
+    a share this login node sees read-only (the environments are written
+    where the share is): templates already the package's are left as they
+    are; others there are a SetupError with the fix. Setup notes in
+    MANIFEST that it wrote them, so that uninstall removes only those."""
     source = shipped("notebook_templates")
     dest = Path(settings["envs"]["prefix"]) / "notebook_templates"
-    same = ["diff", "-rq", str(source), str(dest)]
+    # __pycache__: pip compiles the wheel's copy as it installs it
+    same = ["diff", "-rq", "-x", "__pycache__", "-x", ".*", str(source), str(dest)]
     if dest.is_dir() and subprocess.run(same, capture_output=True).returncode == 0:
         return
+    if not os.access(dest.parent, os.W_OK):
+        raise SetupError(
+            f"the notebook templates in {dest} are not this package's, and {dest.parent} "
+            f"is read-only here: copy {source} there where [envs] prefix is writable"
+        )
     new, old = Path(f"{dest}.new"), Path(f"{dest}.old")
     shutil.rmtree(new, ignore_errors=True)
     shutil.copytree(source, new, ignore=shutil.ignore_patterns("__pycache__", ".*"))
@@ -332,7 +342,16 @@ def install_templates(settings):
         dest.rename(old)
     new.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
+    note_in_manifest("templates", [str(dest)])
     say(f"notebook templates installed in {dest}")
+
+
+def note_in_manifest(key, items):
+    """``items`` added to the list ``key`` of MANIFEST (what setup made)."""
+    manifest = read_manifest()
+    manifest[key] = sorted(set(manifest.get(key, [])) | set(items))
+    make_dir(MANIFEST.parent)
+    write_if_changed(MANIFEST, json.dumps(manifest, indent=1) + "\n", 0o644)
 
 
 def install_helper(source, installed_at):
@@ -584,7 +603,10 @@ def uninstall(settings, purge=False, prefix=None):
         gone += _remove(SUDOERS, registry, *map(Path, HELPERS), PROXY_TOKEN_ENV)
         _rmdir(Path(extendhelper.INSTALLED_AT).parent)
     gone += _remove(layout.run_dir, layout.proxy_key, layout.proxy_log)
-    gone += _remove(Path(settings["envs"]["prefix"]) / "notebook_templates")
+    # the templates where setup wrote them (not a share another node filled)
+    templates = str(Path(settings["envs"]["prefix"]) / "notebook_templates")
+    if templates in read_manifest().get("templates", []):
+        gone += _remove(templates)
     if purge:
         gone += _remove(layout.state)
     _rmdir(RUN_ROOT, LOG_ROOT)

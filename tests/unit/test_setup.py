@@ -123,9 +123,9 @@ def test_the_proxy_serves_https_routes_by_host_and_speaks_mutual_tls_inside():
     assert "--client-ssl-reject-unauthorized" in args
     assert args[-4:] == [
         "--default-target",
-        "https://127.0.0.1:8081",
+        "https://10.200.0.1:8081",  # where the embedded cluster's hub listens
         "--error-target",
-        "https://127.0.0.1:8081/hub/error",
+        "https://10.200.0.1:8081/hub/error",
     ]
 
 
@@ -137,7 +137,7 @@ def test_a_plain_proxy_has_no_tls_and_no_host_routing():
     args = proxy_args(site, Layout.of(site))
     assert args[:4] == ["--ip", "127.0.0.1", "--port", "9000"]
     assert not [a for a in args if "ssl" in a or a == "--host-routing"]
-    assert "http://127.0.0.1:8081" in args
+    assert "http://10.200.0.1:8081" in args
 
 
 def test_the_scripts_facts_survive_the_shell():
