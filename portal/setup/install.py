@@ -346,6 +346,20 @@ def install_templates(settings):
     say(f"notebook templates installed in {dest}")
 
 
+def note_new_folders(path):
+    """The folders above ``path`` that do not exist yet (``/var/lib/portal``
+    above a state folder, ``/usr/local/libexec`` above the helpers' folder),
+    noted in MANIFEST before setup makes them: uninstall removes them again
+    when they are empty, and no folder a site made."""
+    new = []
+    for parent in Path(path).parents:
+        if parent.exists():
+            break
+        new.append(str(parent))
+    if new:
+        note_in_manifest("folders", new)
+
+
 def note_in_manifest(key, items):
     """``items`` added to the list ``key`` of MANIFEST (what setup made)."""
     manifest = read_manifest()
@@ -360,6 +374,7 @@ def install_helper(source, installed_at):
     alone, however writable the package is; the helpers run under
     ``/usr/bin/python3 -I`` and import the standard library only."""
     path = Path(installed_at)
+    note_new_folders(path.parent)
     make_dir(path.parent, 0o755, "root")
     data = Path(source).read_bytes()
     if path.is_file() and not path.is_symlink():
@@ -440,6 +455,7 @@ def check_readable(layout):
 def state_folders(settings, layout):
     """The hub's state (database, cookie secret, proxy token, log): its
     account's only; the run and log folders, root's."""
+    note_new_folders(layout.state)
     if make_dir(layout.state, 0o700, layout.hub_user):
         say(f"made the hub's state folder {layout.state}")
     metrics_token(site_settings.metrics_token_file(settings))
@@ -614,6 +630,10 @@ def uninstall(settings, purge=False, prefix=None):
         for user in read_manifest().get("accounts", []):
             if subprocess.run(["userdel", user], capture_output=True).returncode == 0:
                 gone.append(f"the system account {user}")
+        # the folders setup made above its own, deepest first, when empty
+        for folder in sorted(read_manifest().get("folders", []), key=len, reverse=True):
+            if _rmdir(folder):
+                gone.append(folder)
         gone += _remove(MANIFEST)
         _rmdir(MANIFEST.parent)
     for what in gone:
@@ -637,8 +657,11 @@ def _remove(*paths):
 
 
 def _rmdir(*paths):
+    """Each of ``paths`` removed when it is an empty folder; True when all were."""
+    removed = True
     for path in paths:
         try:
             os.rmdir(path)
         except OSError:
-            pass
+            removed = False
+    return removed

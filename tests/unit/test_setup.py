@@ -274,3 +274,12 @@ def test_the_wheel_holds_what_the_hub_service_sessions_and_setup_read(tmp_path):
     entry = zipfile.ZipFile(wheel).read("dsportal-0.1.0.dist-info/entry_points.txt").decode()
     assert "portal = portal.cli:main" in entry
     assert not [n for n in names if n.startswith(("deploy/", "tests/", "bench/"))]
+
+
+def test_setup_notes_the_folders_it_makes_above_its_own_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(install, "MANIFEST", tmp_path / "etc" / "setup.json")
+    (tmp_path / "var").mkdir()
+    install.note_new_folders(tmp_path / "var" / "lib" / "portal" / "hub")
+    install.note_new_folders(tmp_path / "var" / "hub")  # its parent is there already
+    folders = install.read_manifest()["folders"]
+    assert folders == [str(tmp_path / "var" / "lib"), str(tmp_path / "var" / "lib" / "portal")]
