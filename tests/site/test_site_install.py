@@ -160,6 +160,17 @@ server {{
 """
 
 
+# nginx passes the browser's Host on, and configurable-http-proxy checks the
+# internal certificate of the hub or a session against it (node's TLS takes
+# the Host header as the name to check): with [tls] internal and no [hub]
+# domain, each must name the public host too. The hub's names it already
+# (JupyterHub adds the login node's own name, which is NAME here); a
+# session's, through this override of the site's.
+PUBLIC_NAME = f"""# The public host name, in each session's internal certificate
+c.PortalSpawner.ssl_alt_names = ["DNS:{NAME}"]
+"""
+
+
 # ---------------------------------------------------------------- the host's side
 
 
@@ -315,7 +326,7 @@ def install_prerequisites(node, ca, address):
     shutil.copytree(CHP_ON_HOST, node.root / CHP_IN_MACHINE.lstrip("/"), symlinks=True)
     node.run(["ln", "-sf", f"{CHP_IN_MACHINE}/bin/configurable-http-proxy",
               "/usr/local/bin/configurable-http-proxy"])  # fmt: skip
-    node.run(["mkdir", "-p", NGINX_TLS, f"{ETC_PORTAL}/tls"])
+    node.run(["mkdir", "-p", NGINX_TLS, f"{ETC_PORTAL}/tls", f"{ETC_PORTAL}/jupyterhub_config.d"])
     node.write(f"{NGINX_TLS}/{NAME}.crt", (ca / f"{NAME}.crt").read_text())
     node.write(f"{NGINX_TLS}/{NAME}.key", (ca / f"{NAME}.key").read_text(), mode="0600")
     node.write(f"{ETC_PORTAL}/tls/site-ca.crt", (ca / "ca.crt").read_text())
@@ -326,6 +337,7 @@ def install_prerequisites(node, ca, address):
     ldap = site_settings.load()["ldap"]
     node.write(SITE_TOML, site_settings_toml(address, socket.gethostname(),
                                              ldap["server_port"]))  # fmt: skip
+    node.write(f"{ETC_PORTAL}/jupyterhub_config.d/public-name.py", PUBLIC_NAME)
 
 
 class Site:
@@ -334,7 +346,7 @@ class Site:
         self.ca_bundle = str(ca_bundle)
         self.base = f"https://{NAME}"
         self.before = snapshot(node)
-        self.before_paths = listing(node, "/etc", "/var/lib")
+        self.before_paths = listing(node, "/etc", "/var/lib", "/usr/local")
 
     def portal(self, *args, check=True, timeout=300, env=()):
         """``portal ARGS`` as root inside, from the venv; its result."""
@@ -456,7 +468,13 @@ def test_alice_starts_a_session_and_runs_a_cell(browser, accounts):
         raise
     FIGURES["spawn to ready, through nginx"] = f"{time.monotonic() - began:.1f} s"
     assert [job[1:] for job in our_jobs()] == [[USER, "RUNNING"]]
-    assert client.lab_answers(USER)
+    lab = client.session.get(client.url(f"/user/{USER}/lab"), timeout=30)
+    assert lab.status_code == 200 and "JupyterLab" in lab.text, (
+        [(h.status_code, h.url) for h in lab.history],
+        lab.status_code,
+        lab.text[:300],
+        journal(browser.node, "portal-proxy", 20),
+    )
     scopes = [f"access:servers!user={USER}"]
     r = client.api("POST", f"/users/{USER}/tokens",
                    json={"scopes": scopes, "note": "site test", "expires_in": 900})  # fmt: skip
@@ -528,7 +546,7 @@ def test_portal_uninstall_removes_only_the_portals_paths(browser):
     active = node.run(["systemctl", "is-active", "portal-hub"], check=False).stdout.strip()
     assert active != "active"
     assert differences(browser.before, snapshot(node)) == []
-    now = listing(node, "/etc", "/var/lib")
+    now = listing(node, "/etc", "/var/lib", "/usr/local")
     assert steady(now - browser.before_paths) == set()
     assert steady(browser.before_paths - now) == set()
 
@@ -542,14 +560,14 @@ def test_make_purge_with_state_dir_var_lib_jupyterhub_keeps_var_lib(browser):
     env = (f"PORTAL_CONFIG={other}",)
     browser.portal("setup", "--no-units", env=env)
     assert node.run(["test", "-d", "/var/lib/jupyterhub"], check=False).returncode == 0
-    before = listing(node, "/var/lib", "/etc")
+    before = listing(node, "/var/lib", "/etc", "/usr/local")
     purge = node.run(["env", *env, f"PYTHONPATH={REPO}", "python3", "-P", "-m", "deploy.purge",
                       "files"], timeout=120)  # fmt: skip
     FIGURES["make purge (files)"] = (purge.stdout + purge.stderr).strip().splitlines()
-    after = listing(node, "/var/lib", "/etc")
+    after = listing(node, "/var/lib", "/etc", "/usr/local")
     gone = {p.split(" ", 1)[1] for p in before - after}
     own = ("/var/lib/jupyterhub", "/var/lib/portal", "/etc/sudoers.d/portal",
-           "/etc/portal/setup.json", "/etc/portal/proxy-token.env")  # fmt: skip
+           "/etc/portal/setup.json", "/etc/portal/extend.d", "/usr/local/libexec")  # fmt: skip
     assert all(p.startswith(own) for p in gone), sorted(p for p in gone if not p.startswith(own))
     assert "/var/lib/jupyterhub" in gone
     # /var/lib keeps everything else, and the site's files are as before
