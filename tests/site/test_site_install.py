@@ -44,6 +44,10 @@ pytestmark = pytest.mark.slow
 # Not login2 (.30, README's by hand) nor login-test (.31, test_login_node.py).
 NAME, HOST = "login-site", 32
 USER = "alice"
+# The portal's public name (nginx's), with a dot as a site's has: Python's
+# cookie jar files a dotless host's cookies under HOST.local, apart from the
+# hub's cookies for .HOST.
+PUBLIC = f"{NAME}.example"
 # What a site installs before the portal: Node.js from Debian, for
 # configurable-http-proxy (copied from this host: npm is not reachable inside).
 SITE_PACKAGES = (*PACKAGES, "nodejs")
@@ -92,9 +96,10 @@ def site_settings_toml(address, ldap_host, ldap_port, state_dir="/var/lib/portal
 embedded = false
 
 [hub]
-# configurable-http-proxy on loopback; nginx terminates TLS on 443
+# configurable-http-proxy on loopback; the site's nginx terminates TLS on 443
 bind_url = "http://127.0.0.1:{PORT}"
-domain = ""
+public_url = "https://{PUBLIC}/"
+domain = "{PUBLIC}"
 api_ip = "{address}"
 api_port = {PORT + 81}
 connect_ip = "{address}"
@@ -107,8 +112,8 @@ service_port = {PORT + 2}
 
 [tls]
 ca_cert = "{ETC_PORTAL}/tls/site-ca.crt"
-cert = "{NGINX_TLS}/{NAME}.crt"
-key = "{NGINX_TLS}/{NAME}.key"
+cert = "{NGINX_TLS}/{PUBLIC}.crt"
+key = "{NGINX_TLS}/{PUBLIC}.key"
 
 [ldap]
 server_address = "{ldap_host}"
@@ -141,12 +146,12 @@ map $http_upgrade $connection_upgrade {{
 }}
 server {{
     listen 443 ssl;
-    server_name {NAME};
-    ssl_certificate {NGINX_TLS}/{NAME}.crt;
-    ssl_certificate_key {NGINX_TLS}/{NAME}.key;
+    server_name {PUBLIC} *.{PUBLIC};
+    ssl_certificate {NGINX_TLS}/{PUBLIC}.crt;
+    ssl_certificate_key {NGINX_TLS}/{PUBLIC}.key;
     location / {{
         proxy_pass http://127.0.0.1:{PORT};
-        proxy_set_header Host $host;
+        proxy_set_header Host $http_host;
         proxy_set_header X-Real-IP $remote_addr;
         proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
         proxy_set_header X-Forwarded-Proto $scheme;
@@ -157,17 +162,6 @@ server {{
         proxy_read_timeout 1d;
     }}
 }}
-"""
-
-
-# nginx passes the browser's Host on, and configurable-http-proxy checks the
-# internal certificate of the hub or a session against it (node's TLS takes
-# the Host header as the name to check): with [tls] internal and no [hub]
-# domain, each must name the public host too. The hub's names it already
-# (JupyterHub adds the login node's own name, which is NAME here); a
-# session's, through this override of the site's.
-PUBLIC_NAME = f"""# The public host name, in each session's internal certificate
-c.PortalSpawner.ssl_alt_names = ["DNS:{NAME}"]
 """
 
 
@@ -219,8 +213,8 @@ def ensure_dependencies(log=print):
 
 
 def make_ca(folder, name):
-    """A small CA and a certificate for ``name`` signed by it (the site's
-    own web certificate), in ``folder``: ca.crt, NAME.crt, NAME.key."""
+    """A small CA and a certificate for ``name`` and ``*.name`` signed by it
+    (the site's own web certificate), in ``folder``: ca.crt, NAME.crt, NAME.key."""
     folder = Path(folder)
 
     def openssl(*args):
@@ -230,16 +224,17 @@ def make_ca(folder, name):
             "/CN=Site test CA", "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
             f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
-    (folder / "ext").write_text(f"subjectAltName=DNS:{name}\nextendedKeyUsage=serverAuth\n")
+    names = f"DNS:{name},DNS:*.{name}"  # the hub's host and the users' (NAME.HOST)
+    (folder / "ext").write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
     openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
             "-CAcreateserial", "-days", "2", "-extfile", "ext", "-out", f"{name}.crt")  # fmt: skip
     return folder
 
 
 class Resolved:
-    """NAME resolves to the machine's address in this process (the browser's
-    side), as a site's DNS would say: requests and tornado both ask
-    socket.getaddrinfo."""
+    """NAME and every name under it resolve to the machine's address in this
+    process (the browser's side), as a site's wildcard DNS would say:
+    requests and tornado both ask socket.getaddrinfo."""
 
     def __init__(self, name, address):
         self.name, self.address = name, address
@@ -247,7 +242,8 @@ class Resolved:
 
     def __enter__(self):
         def getaddrinfo(host, *args, **kwargs):
-            return self._real(self.address if host == self.name else host, *args, **kwargs)
+            ours = host == self.name or str(host).endswith(f".{self.name}")
+            return self._real(self.address if ours else host, *args, **kwargs)
 
         socket.getaddrinfo = getaddrinfo
         return self
@@ -308,7 +304,7 @@ def site(cluster, accounts):
     try:
         join_demo(machine, probe_user=USER)
         with tempfile.TemporaryDirectory() as tmp:
-            ca = make_ca(tmp, NAME)
+            ca = make_ca(tmp, PUBLIC)
             install_prerequisites(machine, ca, address)
             ca_bundle = STATE / NAME / "site-ca.crt"
             shutil.copy(ca / "ca.crt", ca_bundle)
@@ -326,9 +322,9 @@ def install_prerequisites(node, ca, address):
     shutil.copytree(CHP_ON_HOST, node.root / CHP_IN_MACHINE.lstrip("/"), symlinks=True)
     node.run(["ln", "-sf", f"{CHP_IN_MACHINE}/bin/configurable-http-proxy",
               "/usr/local/bin/configurable-http-proxy"])  # fmt: skip
-    node.run(["mkdir", "-p", NGINX_TLS, f"{ETC_PORTAL}/tls", f"{ETC_PORTAL}/jupyterhub_config.d"])
-    node.write(f"{NGINX_TLS}/{NAME}.crt", (ca / f"{NAME}.crt").read_text())
-    node.write(f"{NGINX_TLS}/{NAME}.key", (ca / f"{NAME}.key").read_text(), mode="0600")
+    node.run(["mkdir", "-p", NGINX_TLS, f"{ETC_PORTAL}/tls"])
+    node.write(f"{NGINX_TLS}/{PUBLIC}.crt", (ca / f"{PUBLIC}.crt").read_text())
+    node.write(f"{NGINX_TLS}/{PUBLIC}.key", (ca / f"{PUBLIC}.key").read_text(), mode="0600")
     node.write(f"{ETC_PORTAL}/tls/site-ca.crt", (ca / "ca.crt").read_text())
     node.write("/etc/nginx/sites-available/portal", NGINX_SITE)
     node.run(["ln", "-sf", "/etc/nginx/sites-available/portal", "/etc/nginx/sites-enabled/"])
@@ -337,14 +333,13 @@ def install_prerequisites(node, ca, address):
     ldap = site_settings.load()["ldap"]
     node.write(SITE_TOML, site_settings_toml(address, socket.gethostname(),
                                              ldap["server_port"]))  # fmt: skip
-    node.write(f"{ETC_PORTAL}/jupyterhub_config.d/public-name.py", PUBLIC_NAME)
 
 
 class Site:
     def __init__(self, node, address, wheel, deps, ca_bundle):
         self.node, self.address, self.wheel, self.deps = node, address, wheel, deps
         self.ca_bundle = str(ca_bundle)
-        self.base = f"https://{NAME}"
+        self.base = f"https://{PUBLIC}:443"  # users' sessions on NAME.HOST:443 (HubClient)
         self.before = snapshot(node)
         self.before_paths = listing(node, "/etc", "/var/lib", "/usr/local")
 
@@ -358,16 +353,15 @@ class Site:
 
     def client(self):
         client = HubClient(self.base)
-        client.domain = ""  # sessions on the hub's own origin ([hub] domain = "")
         client.session.verify = self.ca_bundle
         return client
 
 
 @pytest.fixture(scope="module")
 def browser(site):
-    """NAME resolving to the machine, and the site's CA trusted, for the
+    """PUBLIC and its users' hosts resolving to the machine, and the site's CA trusted, for the
     module's clients (kernelcells' requests and websocket too)."""
-    with Resolved(NAME, site.address), pytest.MonkeyPatch.context() as mp:
+    with Resolved(PUBLIC, site.address), pytest.MonkeyPatch.context() as mp:
         mp.setenv("REQUESTS_CA_BUNDLE", site.ca_bundle)
         mp.setattr(kernelcells, "CA_CERT", site.ca_bundle)
         yield site
@@ -387,6 +381,22 @@ def wait_answering(site, path="/hub/login", timeout=60):
             last = e
         time.sleep(0.2)
     raise AssertionError(f"{path} not answering through nginx after {timeout} s: {last}")
+
+
+def pin_xsrf(client):
+    """HubClient's API calls with the hub's latest _xsrf cookie in their
+    header: the hub's own (on NAME, not on a session's host), whatever its path."""
+    ours = [c for c in client.session.cookies if c.name == "_xsrf" and c.domain == PUBLIC]
+    assert ours, [(c.name, c.domain, c.path) for c in client.session.cookies]
+    token = ours[-1].value
+
+    def api(method, path, **kwargs):
+        headers = {**kwargs.pop("headers", {}), "X-XSRFToken": token}
+        kwargs.setdefault("timeout", 30)
+        url = client.url("/hub/api" + path)
+        return client.session.request(method, url, headers=headers, **kwargs)
+
+    client.api = api
 
 
 def journal(node, unit, lines=60):
@@ -458,9 +468,14 @@ def test_alice_starts_a_session_and_runs_a_cell(browser, accounts):
     client = browser.client()
     r = client.login(USER, accounts[USER]["password"])
     assert r.status_code == 302, f"login answered {r.status_code}: {r.text[:300]}"
+    # the home page, as a browser lands on it: its _xsrf cookie is the logged-in user's
+    home = client.session.get(client.url("/hub/home"), timeout=30)
+    assert home.status_code == 200, home.status_code
+    pin_xsrf(client)
     began = time.monotonic()
     r = client.api("POST", f"/users/{USER}/server", json={"profile": "pytorch", "gpus": 1})
-    assert r.status_code in (201, 202), r.text
+    cookies = [(c.name, c.domain, c.path) for c in client.session.cookies]
+    assert r.status_code in (201, 202), (r.text, cookies)
     try:
         client.wait_ready(USER, timeout=180)
     except AssertionError:
