@@ -244,12 +244,17 @@ def purge_mail_conf():
     if conf.is_file() and mail_setup.ours(conf.read_text(errors="replace")):
         conf.unlink()
         log(f"removed {conf}")
+        return True
+    return False
 
 
 def purge_mail(settings):
     """The mail server's configuration, its queue (messages, their logs,
-    retry hints) and its logs; its folders are Debian's and stay."""
-    purge_mail_conf()
+    retry hints) and its logs; its folders are Debian's and stay. Beside a
+    cluster that is not the embedded one, the queue and the logs only of
+    an exim4 that deploy/mail_setup.py configured: a site's own are kept."""
+    if not purge_mail_conf() and not settings["cluster"]["embedded"]:
+        return
     for folder in (*mail_setup.SPOOL, mail_setup.LOG_DIR):
         if os.path.isdir(folder) and not os.path.islink(folder):
             remove(*(os.path.join(folder, name) for name in os.listdir(folder)))
@@ -265,6 +270,8 @@ def purge_units():
 
 
 def purge_portal(settings):
+    # the folders setup made above its own (install.note_new_folders)
+    made = sorted(install.read_manifest().get("folders", []), key=len, reverse=True)
     purge_units()
     remove(*state_removed(state_roots(settings), Path(settings["containers"]["images"])))
     remove("/run/portal", "/var/log/portal", "/etc/sudoers.d/portal")
@@ -273,6 +280,7 @@ def purge_portal(settings):
     helper = extendhelper
     remove(helper.REGISTRY, helper.INSTALLED_AT, imagecheck.INSTALLED_AT, notebook.INSTALLED_AT)
     rmdir(Path(helper.INSTALLED_AT).parent, Path(helper.REGISTRY).parent)
+    rmdir(*made)  # deepest first, each when empty
     for user in (settings["hub"]["user"], settings["hub"]["proxy_user"]):
         uid = subprocess.run(["id", "-u", user], capture_output=True, text=True)
         if uid.returncode:

@@ -386,7 +386,8 @@ class ProfileStore:
         from alembic.runtime.migration import MigrationContext
 
         with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            options = {"version_table": VERSION_TABLE}  # the store's own, not alembic's default
+            return MigrationContext.configure(connection, opts=options).get_current_revision()
 
     def seed(self, profiles, author="site settings"):
         """Store those of ``profiles`` (dicts of the site settings) whose names the

@@ -45,8 +45,8 @@ from .files import SetupError, make_dir, private_copy, render, replace_file, say
 
 SUDOERS = Path("/etc/sudoers.d/portal")
 MANIFEST = Path("/etc/portal/setup.json")
-"""What setup made that was not there before it (the accounts), so that
-uninstall removes those and nothing a site made itself."""
+"""What setup made that was not there before it (the accounts, the notebook
+templates), so that uninstall removes those and nothing a site made itself."""
 PROXY_TOKEN_ENV = Path("/etc/portal/proxy-token.env")
 """The proxy's token for its unit (root's, 0600: systemd reads it as root
 and hands it to the proxy in its environment alone)."""
@@ -195,7 +195,10 @@ def proxy_args(settings, layout):
         args += ["--client-ssl-cert", f"{tls}/proxy-client.crt"]
         args += ["--client-ssl-ca", f"{tls}/proxy-client-ca_trust.crt"]
         args += ["--client-ssl-request-cert", "--client-ssl-reject-unauthorized"]
-    hub = f"{scheme}://127.0.0.1:{settings['hub']['api_port']}"
+    # where the hub's API listens ([hub] api_ip): its own route, and its error pages
+    ip = site_settings.hub_api_ip(settings)
+    ip = "127.0.0.1" if ip in ("0.0.0.0", "::") else ip
+    hub = f"{scheme}://{ip}:{settings['hub']['api_port']}"
     args += ["--api-ip", "127.0.0.1", "--api-port", str(settings["hub"]["proxy_api_port"])]
     return args + ["--default-target", hub, "--error-target", f"{hub}/hub/error"]
 
@@ -298,10 +301,7 @@ def ensure_accounts(settings):
         say(f"created the system account {user}")
         made.append(user)
     if made:
-        manifest = read_manifest()
-        manifest["accounts"] = sorted(set(manifest.get("accounts", [])) | set(made))
-        make_dir(MANIFEST.parent)
-        write_if_changed(MANIFEST, json.dumps(manifest, indent=1) + "\n", 0o644)
+        note_in_manifest("accounts", made)
 
 
 def read_manifest():
@@ -313,12 +313,22 @@ def read_manifest():
 
 def install_templates(settings):
     """The notebook templates, where sessions copy them from (world-readable),
-    replaced whole so a session never sees half a copy."""
+    replaced whole so a session never sees half a copy. [envs] prefix may be
+    a share this login node sees read-only (the environments are written
+    where the share is): templates already the package's are left as they
+    are; others there are a SetupError with the fix. Setup notes in
+    MANIFEST that it wrote them, so that uninstall removes only those."""
     source = shipped("notebook_templates")
     dest = Path(settings["envs"]["prefix"]) / "notebook_templates"
-    same = ["diff", "-rq", str(source), str(dest)]
+    # __pycache__: pip compiles the wheel's copy as it installs it
+    same = ["diff", "-rq", "-x", "__pycache__", "-x", ".*", str(source), str(dest)]
     if dest.is_dir() and subprocess.run(same, capture_output=True).returncode == 0:
         return
+    if not os.access(dest.parent, os.W_OK):
+        raise SetupError(
+            f"the notebook templates in {dest} are not this package's, and {dest.parent} "
+            f"is read-only here: copy {source} there where [envs] prefix is writable"
+        )
     new, old = Path(f"{dest}.new"), Path(f"{dest}.old")
     shutil.rmtree(new, ignore_errors=True)
     shutil.copytree(source, new, ignore=shutil.ignore_patterns("__pycache__", ".*"))
@@ -328,7 +338,30 @@ def install_templates(settings):
         dest.rename(old)
     new.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
+    note_in_manifest("templates", [str(dest)])
     say(f"notebook templates installed in {dest}")
+
+
+def note_new_folders(path):
+    """The folders above ``path`` that do not exist yet (``/var/lib/portal``
+    above a state folder, ``/usr/local/libexec`` above the helpers' folder),
+    noted in MANIFEST before setup makes them: uninstall removes them again
+    when they are empty, and no folder a site made."""
+    new = []
+    for parent in Path(path).parents:
+        if parent.exists():
+            break
+        new.append(str(parent))
+    if new:
+        note_in_manifest("folders", new)
+
+
+def note_in_manifest(key, items):
+    """``items`` added to the list ``key`` of MANIFEST (what setup made)."""
+    manifest = read_manifest()
+    manifest[key] = sorted(set(manifest.get(key, [])) | set(items))
+    make_dir(MANIFEST.parent)
+    write_if_changed(MANIFEST, json.dumps(manifest, indent=1) + "\n", 0o644)
 
 
 def install_helper(source, installed_at):
@@ -337,6 +370,7 @@ def install_helper(source, installed_at):
     alone, however writable the package is; the helpers run under
     ``/usr/bin/python3 -I`` and import the standard library only."""
     path = Path(installed_at)
+    note_new_folders(path.parent)
     make_dir(path.parent, 0o755, "root")
     data = Path(source).read_bytes()
     if path.is_file() and not path.is_symlink():
@@ -417,6 +451,7 @@ def check_readable(layout):
 def state_folders(settings, layout):
     """The hub's state (database, cookie secret, proxy token, log): its
     account's only; the run and log folders, root's."""
+    note_new_folders(layout.state)
     if make_dir(layout.state, 0o700, layout.hub_user):
         say(f"made the hub's state folder {layout.state}")
     metrics_token(site_settings.metrics_token_file(settings))
@@ -580,7 +615,10 @@ def uninstall(settings, purge=False, prefix=None):
         gone += _remove(SUDOERS, registry, *map(Path, HELPERS), PROXY_TOKEN_ENV)
         _rmdir(Path(extendhelper.INSTALLED_AT).parent)
     gone += _remove(layout.run_dir, layout.proxy_key, layout.proxy_log)
-    gone += _remove(Path(settings["envs"]["prefix"]) / "notebook_templates")
+    # the templates where setup wrote them (not a share another node filled)
+    templates = str(Path(settings["envs"]["prefix"]) / "notebook_templates")
+    if templates in read_manifest().get("templates", []):
+        gone += _remove(templates)
     if purge:
         gone += _remove(layout.state)
     _rmdir(RUN_ROOT, LOG_ROOT)
@@ -588,6 +626,10 @@ def uninstall(settings, purge=False, prefix=None):
         for user in read_manifest().get("accounts", []):
             if subprocess.run(["userdel", user], capture_output=True).returncode == 0:
                 gone.append(f"the system account {user}")
+        # the folders setup made above its own, deepest first, when empty
+        for folder in sorted(read_manifest().get("folders", []), key=len, reverse=True):
+            if _rmdir(folder):
+                gone.append(folder)
         gone += _remove(MANIFEST)
         _rmdir(MANIFEST.parent)
     for what in gone:
@@ -611,8 +653,11 @@ def _remove(*paths):
 
 
 def _rmdir(*paths):
+    """Each of ``paths`` removed when it is an empty folder; True when all were."""
+    removed = True
     for path in paths:
         try:
             os.rmdir(path)
         except OSError:
-            pass
+            removed = False
+    return removed

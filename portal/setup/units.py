@@ -15,28 +15,41 @@
 Both restart on failure. Sessions are Slurm jobs, not the hub's children:
 a hub that stops or crashes leaves them running, and finds them again.
 
-Hardening, in both (``systemd-analyze security`` reads them):
-``PrivateTmp``, ``PrivateDevices``, ``ProtectSystem=full`` (/usr, /boot,
-/etc read-only), ``ProtectKernelTunables``, ``ProtectKernelModules``,
-``ProtectKernelLogs``, ``ProtectControlGroups``, ``ProtectClock``,
+Hardening (``systemd-analyze security`` reads it), in both (``COMMON``):
+``PrivateTmp``, ``PrivateIPC``, ``ProtectSystem=strict`` (all read-only
+but the hub's ``ReadWritePaths``: its state, run and log folders),
+``ProtectControlGroups``, ``ProtectProc=invisible`` (other users' processes
+unseen), ``ProcSubset=pid``, ``DevicePolicy=closed`` (the pseudo devices
+alone), ``KeyringMode=private``, ``RemoveIPC``, ``UMask=0077``. In the
+proxy besides (``FILTERED`` and its own): ``PrivateDevices``,
+``ProtectKernelTunables``, ``ProtectKernelModules``, ``ProtectKernelLogs``, ``ProtectClock``,
 ``ProtectHostname``, ``RestrictRealtime``, ``LockPersonality``,
-``SystemCallArchitectures=native``, ``ProtectProc=invisible`` (other
-users' processes unseen), ``RemoveIPC``, ``RestrictAddressFamilies`` (IP and
-Unix sockets; the hub also netlink, for its addresses), ``UMask=0077``,
-and for the proxy ``NoNewPrivileges``, ``RestrictSUIDSGID``,
-``RestrictNamespaces``, ``ProcSubset=pid``, ``PrivateUsers`` and an empty
+``SystemCallArchitectures=native``, ``RestrictAddressFamilies`` (IP and
+Unix sockets), ``NoNewPrivileges``, ``RestrictSUIDSGID``,
+``RestrictNamespaces``, ``PrivateUsers`` and an empty
 capability set (``CAP_NET_BIND_SERVICE`` alone, without ``PrivateUsers``,
 when it listens on a port under 1024 itself).
 
-The hub goes without ``NoNewPrivileges``, ``RestrictSUIDSGID`` and an empty
-``CapabilityBoundingSet``: its Slurm commands as the user, its image check
-and the extension helper run through sudo (setuid root), which those would
-stop; and without ``RestrictNamespaces``: the image check runs a user's
-image with Charliecloud, in user namespaces. ``ProtectHome`` is
-``read-only`` in the hub, not ``yes``: a notebook job's notebook is read
-from its user's home by the notebook reader, as that user.
-``MemoryDenyWriteExecute`` is left out of both: node's V8 (the proxy) and
-Python's ctypes callbacks need writable executable memory.
+The hub goes without ``NoNewPrivileges`` and ``RestrictSUIDSGID``, and
+its ``CapabilityBoundingSet`` keeps what sudo needs (``CAP_SETUID``,
+``CAP_SETGID``, ``CAP_AUDIT_WRITE``): its Slurm commands as the user, its
+image check and the extension helper run through sudo (setuid root), which
+those would stop. (The helper, run as root, needs no other capability: it
+asks slurmctld through munge. A user namespace, as Charliecloud makes for
+the image check, starts with every capability again.) It goes without
+every directive of ``FILTERED`` too: each is a seccomp filter or drops a
+capability, and systemd then sets ``NoNewPrivileges`` itself for a unit
+that runs as an unprivileged user (systemd.exec(5)); under systemd 252
+(Debian 12) each of them alone makes sudo refuse ("The 'no new
+privileges' flag is set"), so the hub could neither submit nor extend a
+session (tests/site/test_site_install.py, where a login node first ran
+the units under systemd). It goes without
+``RestrictNamespaces``: the image check runs a user's image with
+Charliecloud, in user namespaces. ``ProtectHome`` is ``read-only`` in the
+hub, not ``yes``: a notebook job's notebook is read from its user's home by
+the notebook reader, as that user. ``MemoryDenyWriteExecute`` is left out
+of both: node's V8 (the proxy) and Python's ctypes callbacks need writable
+executable memory.
 """
 
 UNIT_DIR = "/etc/systemd/system"
@@ -45,20 +58,28 @@ PROXY_UNIT = "portal-proxy.service"
 
 COMMON = """\
 PrivateTmp=yes
+PrivateIPC=yes
+ProtectSystem=strict
+ProtectControlGroups=yes
+ProtectProc=invisible
+ProcSubset=pid
+DevicePolicy=closed
+KeyringMode=private
+RemoveIPC=yes
+UMask=0077
+"""
+# Seccomp filters and dropped capabilities: for a unit of an unprivileged
+# user, systemd sets NoNewPrivileges with each, which the hub's sudo cannot have.
+FILTERED = """\
 PrivateDevices=yes
-ProtectSystem=full
 ProtectKernelTunables=yes
 ProtectKernelModules=yes
 ProtectKernelLogs=yes
-ProtectControlGroups=yes
 ProtectClock=yes
 ProtectHostname=yes
 RestrictRealtime=yes
 LockPersonality=yes
 SystemCallArchitectures=native
-ProtectProc=invisible
-RemoveIPC=yes
-UMask=0077
 """
 
 
@@ -106,11 +127,10 @@ EnvironmentFile={proxy_env_file}
 ExecStart={systemd_quote(argv)}
 Restart=on-failure
 RestartSec=2
-{COMMON}ProtectHome=yes
+{COMMON}{FILTERED}ProtectHome=yes
 NoNewPrivileges=yes
 RestrictSUIDSGID=yes
 RestrictNamespaces=yes
-ProcSubset=pid
 {users}CapabilityBoundingSet={caps}
 AmbientCapabilities={caps}
 RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
@@ -122,8 +142,8 @@ WantedBy=multi-user.target
 
 def hub_unit(settings, portal_bin, state_dir, writable, config_file=""):
     """``portal-hub.service``: ``portal hub`` as [hub] user in ``state_dir``;
-    ``writable`` the folders it writes besides its state (ProtectSystem
-    leaves /var writable)."""
+    ``writable`` the folders it writes besides its state (ProtectSystem=strict:
+    every other is read-only)."""
     user = settings["hub"]["user"]
     paths = " ".join(str(p) for p in writable)
     return f"""\
@@ -148,7 +168,8 @@ KillMode=mixed
 TimeoutStopSec=20
 {COMMON}ProtectHome=read-only
 ReadWritePaths={paths}
-RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK
+# sudo's own, and no other: to change to the user, and its audit record
+CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_AUDIT_WRITE
 
 [Install]
 WantedBy=multi-user.target

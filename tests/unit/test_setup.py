@@ -132,9 +132,9 @@ def test_the_proxy_serves_https_routes_by_host_and_speaks_mutual_tls_inside():
     assert "--client-ssl-reject-unauthorized" in args
     assert args[-4:] == [
         "--default-target",
-        "https://127.0.0.1:8081",
+        "https://10.200.0.1:8081",  # where the embedded cluster's hub listens
         "--error-target",
-        "https://127.0.0.1:8081/hub/error",
+        "https://10.200.0.1:8081/hub/error",
     ]
 
 
@@ -146,7 +146,7 @@ def test_a_plain_proxy_has_no_tls_and_no_host_routing():
     args = proxy_args(site, Layout.of(site))
     assert args[:4] == ["--ip", "127.0.0.1", "--port", "9000"]
     assert not [a for a in args if "ssl" in a or a == "--host-routing"]
-    assert "http://127.0.0.1:8081" in args
+    assert "http://10.200.0.1:8081" in args
 
 
 def test_the_scripts_facts_survive_the_shell():
@@ -286,3 +286,12 @@ def test_the_wheel_holds_what_the_hub_service_sessions_and_setup_read(tmp_path):
     entry = zipfile.ZipFile(wheel).read("dsportal-0.1.0.dist-info/entry_points.txt").decode()
     assert "portal = portal.cli:main" in entry
     assert not [n for n in names if n.startswith(("deploy/", "tests/", "bench/"))]
+
+
+def test_setup_notes_the_folders_it_makes_above_its_own_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(install, "MANIFEST", tmp_path / "etc" / "setup.json")
+    (tmp_path / "var").mkdir()
+    install.note_new_folders(tmp_path / "var" / "lib" / "portal" / "hub")
+    install.note_new_folders(tmp_path / "var" / "hub")  # its parent is there already
+    folders = install.read_manifest()["folders"]
+    assert folders == [str(tmp_path / "var" / "lib"), str(tmp_path / "var" / "lib" / "portal")]
