@@ -19,6 +19,7 @@ SIGKILL to an answer, and ``systemd-analyze security`` of both units.
 """
 
 import asyncio
+import concurrent.futures
 import hashlib
 import re
 import shutil
@@ -496,12 +497,19 @@ def test_alice_starts_a_session_and_runs_a_cell(browser, accounts):
     assert r.status_code == 201, r.text
     browser.token, browser.alice = r.json()["token"], client
     cell = "import socket; print(6 * 7, socket.gethostname())"
-    status, printed = asyncio.run(
-        kernelcells.run_in_session(client.url(f"/user/{USER}/"), browser.token, cell)
-    )
+    status, printed = run_cell(client.url(f"/user/{USER}/"), browser.token, cell)
     assert status == "ok", printed
     answer, host = printed.split()
     assert answer == "42" and host != NAME  # on a compute node
+
+
+def run_cell(server_url, token, code):
+    """``kernelcells.run_in_session``, in a loop of its own on a thread of
+    its own: in the whole suite another test's event loop may be running
+    in this thread (pytest-asyncio's session loop), where asyncio.run fails."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        cell = kernelcells.run_in_session(server_url, token, code)
+        return pool.submit(asyncio.run, cell).result()
 
 
 def test_the_hub_killed_runs_again_within_10_s_and_the_session_still_works(browser):
@@ -530,9 +538,7 @@ def test_the_hub_killed_runs_again_within_10_s_and_the_session_still_works(brows
     # the session kept running, and the hub found it again
     client = browser.alice
     assert client.wait_ready(USER, timeout=60)
-    status, printed = asyncio.run(
-        kernelcells.run_in_session(client.url(f"/user/{USER}/"), browser.token, "print(7 * 6)")
-    )
+    status, printed = run_cell(client.url(f"/user/{USER}/"), browser.token, "print(7 * 6)")
     assert (status, printed) == ("ok", "42")
     assert [job[1:] for job in our_jobs()] == [[USER, "RUNNING"]]
 
