@@ -46,7 +46,10 @@ own, different from the demo in every name, from real parts.
         site.login.run(["/opt/slurm/bin/sinfo"])
     # machines stopped, bridge and host folders removed
 
-``python -m tests.site.foreign up|down`` does the same by hand (as root).
+``python -m tests.site.foreign up [--portal] | down`` does the same by hand
+(as root); ``--portal`` also installs the portal (``install_portal``), which
+the site then serves on https://jupyter.site1.test/ (the name resolves to
+10.201.0.10 inside the machines only).
 """
 
 import concurrent.futures
@@ -56,7 +59,21 @@ import sys
 import time
 from pathlib import Path
 
-from tests.site.install import CHP_ON_HOST, issue_certificate, make_ca
+import requests
+
+from tests.site.install import (
+    CHP_ON_HOST,
+    DIST,
+    NGINX_TLS,
+    Resolved,
+    install_chp,
+    install_nginx_site,
+    issue_certificate,
+    journal,
+    make_ca,
+    pip_install,
+    wait_answering,
+)
 from tests.site.machine import (
     PACKAGES,
     STATE,
@@ -126,11 +143,19 @@ SERVICE_ACCOUNTS = {"sssd": "sssd-Bind-Pw-1", "svc-jupyter": "svc-Jupyter-Pw-2"}
 # install (ensure_accounts then keeps them): none of the demo's names.
 HUB_USER, PROXY_USER = "dsp-hub", "dsp-proxy"
 SLURM_ACCOUNTS = {  # account: (fairshare, QOS, its GPUs per user)
-    "lab-vision": (60, "vision-normal", 2),
-    "lab-nlp": (40, "nlp-normal", 2),
+    "lab-vision": (60, "vision-normal", 4),
+    "lab-nlp": (40, "nlp-normal", 4),
     "hpc-ops": (1, "ops-normal", 1),
 }
 DB_PASSWORD = "pg-Site1-Pw"
+# The portal on the login node: its venv, its ports (none of the demo's nor
+# the other tests'), its Slurm job name, its settings and look-up password.
+VENV = "/opt/dsportal"
+PORT = 8200
+JOB_NAME = "jupyter-site1"
+SITE_TOML = "/etc/portal/portal.toml"
+LOOKUP_PASSWORD = "/etc/portal/ldap-lookup.password"
+PROFILES = {"vision-a100": "a100", "nlp-v100": "v100"}  # profile: its partition
 MARIADB_PASSWORD = "slurmdbd-Site1-Pw"
 
 
@@ -402,6 +427,83 @@ def sacctmgr_script(users=USERS):
     return "\n".join(lines) + "\n"
 
 
+def portal_toml():
+    """The site's /etc/portal/portal.toml, as its administrator writes it:
+    what differs from the package's defaults. No CPU profile: a profile's
+    max_gpus is 1 at least (portal/core/profiles.py), so the ``cpu``
+    partition is offered to no one."""
+    login, number = LOGIN
+    profiles = "".join(
+        f'\n[[profiles]]\nname = "{name}"\ndisplay_name = "{partition.upper()}"\n'
+        f'environment = "pytorch"\npartition = "{partition}"\nmax_gpus = {NODE_GPUS}\n'
+        for name, partition in PROFILES.items()
+    )
+    groups = ", ".join(f'"cn={g},{GROUPS_DN}"' for g in GROUPS)
+    return f"""# site1's settings of the portal (tests/site/foreign.py)
+[cluster]
+embedded = false
+
+[hub]
+user = "{HUB_USER}"
+proxy_user = "{PROXY_USER}"
+uid_min = 1000000000
+uid_max = 1999999999
+# configurable-http-proxy on loopback; the site's nginx terminates TLS on 443
+bind_url = "http://127.0.0.1:{PORT}"
+public_url = "https://{PUBLIC}/"
+domain = "{PUBLIC}"
+api_ip = "{address(number)}"
+api_port = {PORT + 81}
+connect_ip = "{login}"
+proxy_api_port = {PORT + 1}
+state_dir = "/var/lib/dsportal/hub"
+db_url = "postgresql://dsphub:{DB_PASSWORD}@127.0.0.1/jupyterhub"
+
+[portal]
+service_port = {PORT + 2}
+db_url = "postgresql://dsphub:{DB_PASSWORD}@127.0.0.1/dsportal"
+
+[tls]
+ca_cert = "{IPA_CA}"
+cert = "{NGINX_TLS}/{PUBLIC}.crt"
+key = "{NGINX_TLS}/{PUBLIC}.key"
+
+[ldap]
+server_address = "{LDAP_HOST}"
+server_port = 636
+tls_strategy = "on_connect"
+ca_cert = "{IPA_CA}"
+base_dn = "{BASE_DN}"
+bind_dn_template = ""
+user_search_base = "{USERS_DN}"
+lookup_bind_dn = "uid=svc-jupyter,{SYSACCOUNTS_DN}"
+lookup_password_file = "{LOOKUP_PASSWORD}"
+group_membership = "memberOf"
+allowed_groups = [{groups}]
+admin_groups = ["cn=hpc-admins,{GROUPS_DN}"]
+
+[slurm]
+bin_dir = "{SLURM_BIN}"
+partition = "a100"
+job_name = "{JOB_NAME}"
+cores_per_gpu = 2
+mem_per_gpu_gb = 4
+default_hours = 2
+max_hours = 12
+poll_interval = 2.0
+cluster_interval = 2.0
+
+[envs]
+prefix = "{ENVS}"
+
+[metrics]
+prometheus_listen = ""
+
+[containers]
+build = []
+{profiles}"""
+
+
 # ---------------------------------------------------------------- the site
 
 
@@ -427,7 +529,7 @@ class ForeignSite:
         binds = (f"{HOME}:/home",)
         login, number = LOGIN
         self.login = Machine(login, address(number), bridge=BRIDGE, binds=binds,
-                             ro_binds=(ENVS, *extra_ro_binds), packages=HEAD_PACKAGES,
+                             ro_binds=(ENVS, str(DIST), *extra_ro_binds), packages=HEAD_PACKAGES,
                              log=log)  # fmt: skip
         self.nodes = {
             node: Machine(
@@ -469,6 +571,7 @@ class ForeignSite:
         self.down()  # what an interrupted run left
         ensure_bridge(BRIDGE, address(1))
         self.make_host_folders()
+        DIST.mkdir(mode=0o755, parents=True, exist_ok=True)  # seen by the login node
         with concurrent.futures.ThreadPoolExecutor(len(self.machines)) as pool:
             list(pool.map(lambda m: m.boot(), self.machines))
         self.figures["boot"] = f"{time.monotonic() - began:.0f} s"
@@ -525,7 +628,7 @@ class ForeignSite:
         machine.write("/etc/slurm/slurm.conf", slurm_conf())
         machine.write("/etc/slurm/gres.conf", gres_conf())
         machine.write("/etc/munge/munge.key", munge_key, mode="0400", owner="munge:munge")
-        machine.run(["mkdir", "-p", "/etc/ipa"])
+        machine.run(["mkdir", "-p", "/etc/ipa", "/etc/ldap"])
         machine.write(IPA_CA, self.ca_text())
         machine.write("/usr/local/share/ca-certificates/site1-ca.crt", self.ca_text())
         machine.run(["update-ca-certificates"])
@@ -609,6 +712,59 @@ class ForeignSite:
         self.login.run(["runuser", "-u", "postgres", "--", "psql", "-q", "-v",
                         "ON_ERROR_STOP=1"], input=sql)  # fmt: skip
 
+    # ------------------------------------------------ the portal
+
+    def install_portal(self, deps):
+        """The portal on the login node as issue 35 installs it: what the
+        site sets up first (configurable-http-proxy, nginx on 443 with its
+        certificate, the settings, the look-up password), the wheel with pip
+        into a new venv, ``portal setup``, the units enabled; then the login
+        page answers through nginx."""
+        login = self.login
+        install_chp(login)
+        install_nginx_site(login, PUBLIC, PORT, self.ca_folder, who="tests/site/foreign.py")
+        login.run(["mkdir", "-p", "/etc/portal"])
+        login.write(SITE_TOML, portal_toml(), mode="0640", owner=f"root:{HUB_USER}")
+        login.write(LOOKUP_PASSWORD, SERVICE_ACCOUNTS["svc-jupyter"] + "\n", mode="0600",
+                    owner=f"{HUB_USER}:{HUB_USER}")  # fmt: skip
+        took = pip_install(login, VENV, deps, "dsportal[postgresql]")  # its PostgreSQL driver
+        self.figures["pip install"] = f"{took:.0f} s"
+        began = time.monotonic()
+        done = self.portal("setup")
+        self.setup_lines = [x for x in done.stderr.splitlines() if x.startswith("[portal]")]
+        self.figures["portal setup"] = f"{time.monotonic() - began:.0f} s"
+        login.run(["systemctl", "enable", "--now", "portal-proxy", "portal-hub"])
+        try:
+            with Resolved(PUBLIC, self.login.address):
+                wait_answering(self, timeout=90)
+        except AssertionError:
+            print(journal(login, "portal-proxy"), journal(login, "portal-hub"), sep="\n")
+            raise
+
+    def portal(self, *args, check=True, timeout=300):
+        """``portal ARGS`` as root on the login node, from the venv; its result."""
+        return self.login.run([f"{VENV}/bin/portal", *args], check=check, timeout=timeout)
+
+    def portal_check(self):
+        """``portal check``'s exit status and its lines (each ``ok``, ``WARN`` or ``FAIL``)."""
+        done = self.portal("check", check=False)
+        return done.returncode, [x for x in (done.stdout + done.stderr).splitlines() if x]
+
+    @property
+    def base(self):
+        return f"https://{PUBLIC}:443"  # with its port: the users' hosts get it too (HubClient)
+
+    def get(self, path, **kwargs):
+        """``path`` through nginx, its certificate checked against the site's CA
+        (PUBLIC resolved to the login node: tests.site.install.Resolved)."""
+        return requests.get(self.base + path, verify=self.ca_file, timeout=10, **kwargs)
+
+    def jobs(self, name=JOB_NAME):
+        """``[(job id, user, state, partition, nodes)]`` of the jobs named
+        ``name`` (the sessions'), as root sees them (PrivateData hides none)."""
+        out = self.slurm("squeue", "-h", "-n", name, "-o", "%i %u %T %P %N").stdout
+        return [tuple(line.split()) for line in out.splitlines() if line.strip()]
+
     # ------------------------------------------------ handy
 
     def slurm(self, command, *args, user=None, check=True, machine=None):
@@ -625,12 +781,21 @@ def main(argv=None):
         if reason:
             print(f"error: {reason}", file=sys.stderr)
             return 1
-        ForeignSite().up()
+        from tests.site.install import build_wheel, ensure_dependencies
+
+        with_portal = "--portal" in argv
+        deps = ensure_dependencies() if with_portal else None
+        site = ForeignSite(extra_ro_binds=(str(deps),) if deps else ())
+        site.up()
+        if with_portal:
+            build_wheel()
+            site.install_portal(deps)
+        print(site.figures)
         return 0
     if argv[:1] == ["down"]:
         ForeignSite().down()
         return 0
-    print("usage: python -m tests.site.foreign up|down", file=sys.stderr)
+    print("usage: python -m tests.site.foreign up [--portal] | down", file=sys.stderr)
     return 2
 
 

@@ -213,13 +213,14 @@ def install_nginx_site(node, public, port, ca_folder, who="tests/site"):
     node.run(["systemctl", "reload-or-restart", "nginx"])
 
 
-def pip_install(node, venv, deps):
+def pip_install(node, venv, deps, requirement="dsportal"):
     """The wheel in DIST installed with pip into a new venv ``venv``, from
-    the folders the machine sees (no index); the seconds it took."""
+    the folders the machine sees (no index); the seconds it took.
+    ``requirement``: with extras, for example ``dsportal[postgresql]``."""
     node.run(["python3", "-m", "venv", venv])
     began = time.monotonic()
     node.run([f"{venv}/bin/pip", "install", "--no-index", "--find-links", str(DIST),
-              "--find-links", str(deps), "--quiet", "--no-cache-dir", "dsportal"],
+              "--find-links", str(deps), "--quiet", "--no-cache-dir", requirement],
              timeout=600)  # fmt: skip
     return time.monotonic() - began
 
