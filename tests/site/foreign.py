@@ -105,7 +105,7 @@ NODES = (("a100-n1", 21, "a100", "a100"), ("v100-n1", 22, "v100", "v100"))
 NODE_CPUS, NODE_MEM_MB, NODE_GPUS = 8, 16000, 2
 
 HEAD_PACKAGES = (*PACKAGES, "slurmctld", "slurmdbd", "mariadb-server", "slapd", "postgresql",
-                 "nodejs")  # fmt: skip
+                 "nodejs", "exim4-daemon-light")  # fmt: skip
 NODE_PACKAGES = (*PACKAGES, "slurmd")
 
 PLUGINS = {
@@ -156,6 +156,7 @@ JOB_NAME = "jupyter-site1"
 SITE_TOML = "/etc/portal/portal.toml"
 LOOKUP_PASSWORD = "/etc/portal/ldap-lookup.password"
 PROFILES = {"vision-a100": "a100", "nlp-v100": "v100"}  # profile: its partition
+CHECK_USER = "hpccheck"  # portal check's test jobs run as this account
 MARIADB_PASSWORD = "slurmdbd-Site1-Pw"
 
 
@@ -482,6 +483,9 @@ group_membership = "memberOf"
 allowed_groups = [{groups}]
 admin_groups = ["cn=hpc-admins,{GROUPS_DN}"]
 
+[check]
+user = "{CHECK_USER}"
+
 [slurm]
 bin_dir = "{SLURM_BIN}"
 partition = "a100"
@@ -730,9 +734,12 @@ class ForeignSite:
         took = pip_install(login, VENV, deps, "dsportal[postgresql]")  # its PostgreSQL driver
         self.figures["pip install"] = f"{took:.0f} s"
         began = time.monotonic()
-        done = self.portal("setup")
-        self.setup_lines = [x for x in done.stderr.splitlines() if x.startswith("[portal]")]
-        self.figures["portal setup"] = f"{time.monotonic() - began:.0f} s"
+        done = self.portal("setup", check=False)  # its steps, then portal check
+        unit = login.run(["test", "-f", "/etc/systemd/system/portal-hub.service"], check=False)
+        if unit.returncode:
+            raise MachineError(f"portal setup failed: {done.stderr[-3000:]}")
+        self.setup_check = (done.returncode, done.stdout.splitlines())
+        self.figures["portal setup (with its check)"] = f"{time.monotonic() - began:.0f} s"
         login.run(["systemctl", "enable", "--now", "portal-proxy", "portal-hub"])
         try:
             with Resolved(PUBLIC, self.login.address):
@@ -746,7 +753,9 @@ class ForeignSite:
         return self.login.run([f"{VENV}/bin/portal", *args], check=check, timeout=timeout)
 
     def portal_check(self):
-        """``portal check``'s exit status and its lines (each ``ok``, ``WARN`` or ``FAIL``)."""
+        """``portal check``'s exit status and what it printed, a line each
+        (one a check, beginning ``ok``, ``WARN`` or ``FAIL``; then its
+        summary, ``portal check: ...``)."""
         done = self.portal("check", check=False)
         return done.returncode, [x for x in (done.stdout + done.stderr).splitlines() if x]
 
