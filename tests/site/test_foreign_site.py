@@ -271,8 +271,19 @@ def test_mlee_spawns_on_a100_runs_a_cell_there_and_extends(site):
     assert "TimeLimit=03:00:00" in site.slurm("scontrol", "show", "job", job[0]).stdout
 
 
+def offered(client):
+    """The spawn page's profiles, as its script reads them."""
+    page = client.session.get(client.url("/hub/spawn"), timeout=30).text
+    return {p["name"]: p for p in json.loads(re.search(r'id="portal-profiles">(.*?)</script>',
+                                                       page, re.S).group(1))}  # fmt: skip
+
+
 def test_j_smith_queued_on_the_full_a100_is_shown_the_expected_start(site):
     smith = site.login_as("J.Smith")
+    # the spawn page: no a100 GPU free, and when one GPU would start (sbatch --test-only)
+    a100 = wait_for("the spawn page's expected start on a100",
+                    lambda: offered(smith)["vision-a100"]["expected"].get("1"), 30, 1)  # fmt: skip
+    FIGURES["spawn page, a100 full: expected start of 1 GPU"] = a100
     spawn(site, smith, "J.Smith", "vision-a100", wait=False)
     messages = read_progress(smith, "J.Smith", r"expected start")
     job = job_of(site, "J.Smith", "a100")
@@ -358,7 +369,8 @@ def test_a_session_under_private_data_stays_running_while_the_hub_polls_it(site)
     intervals ([slurm] poll_interval = 2 s) it still answers; stopped, its
     job ends."""
     mlee = site.login_as("mlee")
-    spawn(site, mlee, "mlee", "nlp-v100")
+    took = spawn(site, mlee, "mlee", "nlp-v100")
+    FIGURES["spawn to ready, mlee on v100 (PrivateData session)"] = f"{took:.1f} s"
     job = job_of(site, "mlee", "v100")
     assert job and job[2] == "RUNNING", site.jobs()
     hidden = site.slurm("squeue", "-h", "-j", job[0], "-o", "%i", user=foreign.HUB_USER,
