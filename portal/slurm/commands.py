@@ -541,9 +541,9 @@ async def may_run_helper(timeout):
 
 async def may_run_read_helper(timeout):
     """Whether sudo lets this account run the read helper: ``sudo -n -l
-    HELPER squeue``, which runs nothing, exits 0 when a rule lets it and 1
-    when none does. SlurmError when sudo gives no answer."""
-    argv = ["sudo", "-n", "-l", slurmread.INSTALLED_AT, "squeue"]
+    HELPER squeue -h``, which runs nothing, exits 0 when a rule lets it and
+    1 when none does. SlurmError when sudo gives no answer."""
+    argv = ["sudo", "-n", "-l", slurmread.INSTALLED_AT, "squeue", "-h"]
     try:
         await run(argv, timeout=timeout)
     except SlurmError as e:
