@@ -293,3 +293,32 @@ def test_it_runs_as_root_only(capsys, monkeypatch):
     monkeypatch.setattr(slurmread.os, "geteuid", lambda: 1000)
     assert main(QUEUE) == 2
     assert "runs as root only" in capsys.readouterr().err
+
+
+def test_the_hub_says_at_start_how_it_reads_its_jobs_and_the_fix(monkeypatch):
+    from spawners import hub_config
+
+    said = []
+    log = SimpleNamespace(info=lambda *a: said.append(a[0] % a[1:]),
+                          error=lambda *a: said.append(a[0] % a[1:]))  # fmt: skip
+    allowed = {"value": False}
+
+    async def through(timeout):
+        return True
+
+    async def may(timeout):
+        return allowed["value"]
+
+    monkeypatch.setattr(commands, "reads_through_helper", through)
+    monkeypatch.setattr(commands, "may_run_read_helper", may)
+    settings = {"slurm": {"command_timeout": 5, "private_data": "auto"}, "hub": {"user": "jhub"}}
+    problem = asyncio.run(hub_config.private_data_problem(settings, log))
+    assert problem == (
+        f"the hub's account jhub cannot run {slurmread.INSTALLED_AT} (sudo has no rule for it), "
+        "and Slurm's PrivateData hides its sessions' jobs: run portal setup as root"
+    )
+    allowed["value"] = True
+    assert asyncio.run(hub_config.private_data_problem(settings, log)) == ""
+    assert said[-1].startswith(
+        f"[slurm] private_data = 'auto': the hub reads its jobs through {slurmread.INSTALLED_AT}"
+    )
