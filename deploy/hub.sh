@@ -34,7 +34,7 @@ prepare() {
     [ "$PORTAL_CLUSTER_EMBEDDED" = 1 ] && ensure_service_accounts
     deploy_py hub_setup prepare
     # this checkout's code and defaults, as the hub's (enter_hub_env)
-    PYTHONPATH="$REPO_DIR" "$HUB_ENV/bin/portal" setup --no-units || die "portal setup failed; its output is above"
+    PYTHONPATH="$REPO_DIR" "$HUB_ENV/bin/portal" setup --no-units --no-check || die "portal setup failed; its output is above"
 }
 
 # In a subshell about to exec as the hub's account: its state folder, and

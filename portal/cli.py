@@ -1,6 +1,9 @@
 """``portal``: the site administrator's command, and what the units run.
 
-    portal setup [--units | --no-units]  install the portal onto this login node (root)
+    portal setup [--units | --no-units] [--no-check]
+                                         install the portal onto this login node (root),
+                                         then run portal check
+    portal check                         the site's preflight, live: ok, WARN or FAIL (root)
     portal uninstall [--purge]           remove what setup made, and nothing else (root)
     portal health                        each part of the portal, ok or down (exit 1: down)
     portal units                         print the systemd units setup writes
@@ -25,7 +28,15 @@ def _setup(args, settings):
     from portal.setup import install
 
     install.setup(settings, with_units=args.units)
-    return 0
+    if args.no_check:
+        return 0
+    return _check(args, settings)
+
+
+def _check(args, settings):
+    from portal import check
+
+    return check.run(settings, out=lambda line: print(line, flush=True))
 
 
 def _uninstall(args, settings):
@@ -114,6 +125,7 @@ def _migrate(args, settings):
 COMMANDS = {
     "setup": _setup,
     "uninstall": _uninstall,
+    "check": _check,
     "health": _health,
     "units": _units,
     "hub": _hub,
@@ -132,6 +144,9 @@ def parser():
                        help="install the systemd units where systemd does not run")  # fmt: skip
     units.add_argument("--no-units", dest="units", action="store_false",
                        help="no systemd units (a host that starts the portal itself)")  # fmt: skip
+    setup.add_argument("--no-check", action="store_true",
+                       help="do not run portal check at the end")  # fmt: skip
+    sub.add_parser("check", help="the site's preflight, live: ok, WARN or FAIL (root)")
     uninstall = sub.add_parser("uninstall", help="remove what setup made (root)")
     uninstall.add_argument("--purge", action="store_true",
                            help="the hub's state folder too (its databases)")  # fmt: skip
@@ -155,7 +170,7 @@ def parse(argv=None):
 
 def main(argv=None):
     args = parse(argv)
-    if args.command in ("setup", "uninstall") and os.geteuid() != 0:
+    if args.command in ("setup", "uninstall", "check") and os.geteuid() != 0:
         print(f"portal {args.command}: run as root", file=sys.stderr)
         return 2
     try:

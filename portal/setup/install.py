@@ -312,9 +312,10 @@ def as_account(user, *argv, **kwargs):
 # ---------------------------------------------------------------- steps
 
 
-def check_prerequisites(settings):
-    """What the portal needs and does not install: each missing one named,
-    with its fix. Slurm's commands are looked for in [slurm] bin_dir."""
+def missing_prerequisites(settings):
+    """What the portal needs and does not install, each missing one named
+    with its fix ([] when none is). Slurm's commands are looked for in
+    [slurm] bin_dir."""
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     missing = [
         f"{name} not found on PATH: {fix}"
@@ -322,7 +323,12 @@ def check_prerequisites(settings):
         if not shutil.which(name, path=path)
     ]
     slurm = slurm_commands.missing_commands(slurm_bin(settings))  # the hub's start check's
-    missing += [slurm] if slurm else []
+    return missing + ([slurm] if slurm else [])
+
+
+def check_prerequisites(settings):
+    """SetupError naming each missing prerequisite with its fix."""
+    missing = missing_prerequisites(settings)
     if missing:
         raise SetupError("missing prerequisites:\n  " + "\n  ".join(missing))
 

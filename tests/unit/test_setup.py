@@ -272,12 +272,16 @@ def test_setup_writes_only_the_portals_own_paths():
 def test_the_portal_command_parses_its_verbs():
     from portal import cli
 
-    for argv in (["setup"], ["setup", "--no-units"], ["uninstall", "--purge"], ["health"],
-                 ["units"], ["proxy-args"], ["migrate"], ["hub", "--debug"]):  # fmt: skip
+    for argv in (["setup"], ["setup", "--no-units"], ["setup", "--no-check"], ["check"],
+                 ["uninstall", "--purge"], ["health"], ["units"], ["proxy-args"], ["migrate"],
+                 ["hub", "--debug"]):  # fmt: skip
         args = cli.parse(argv)
         assert args.command == argv[0]
+    assert cli.parse(["setup"]).no_check is False
+    assert cli.parse(["setup", "--no-check"]).no_check is True
     assert cli.parse(["hub", "--debug", "--port=1"]).jupyterhub_args == ["--debug", "--port=1"]
-    for wrong in (["setup", "--units", "--no-units"], ["health", "--debug"], ["nothing"]):
+    for wrong in (["setup", "--units", "--no-units"], ["health", "--debug"], ["nothing"],
+                  ["check", "--no-check"]):  # fmt: skip
         with pytest.raises(SystemExit):
             cli.parse(wrong)
 
