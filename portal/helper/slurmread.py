@@ -21,8 +21,9 @@ The ways out, and why this one:
 - this helper, run as root through one sudoers rule: root sees every job,
   and the helper runs nothing but the hub's own reads, each an exact shape
   (``SHAPES``), and shows only the portal's jobs: those named as a
-  registered hub's sessions (``[slurm] job_name``) or notebook jobs
-  (``JOB_NAME-notebook``). What the hub's account learns under
+  registered hub's sessions (``[slurm] job_name``), notebook jobs
+  (``JOB_NAME-notebook``) or ``portal check``'s test jobs
+  (``JOB_NAME-check``). What the hub's account learns under
   PrivateData is what it would see of its own jobs without it.
 
 The hub runs it only when the site's Slurm hides jobs (``[slurm]
@@ -92,8 +93,9 @@ PREFIX = "portal-slurm-read: "
 SUDOERS_ARGS = "^(squeue|scontrol|sacct) .+$"
 USAGE = "usage: portal-slurm-read COMMAND ARGS... (one of the hub's reads of its jobs)"
 
-# The suffix of a hub's notebook jobs' name (portal.notebookjobs.job_name).
-NOTEBOOK_SUFFIX = "-notebook"
+# The suffixes of a hub's notebook jobs' name (portal.notebookjobs.job_name)
+# and of ``portal check``'s test jobs' (portal.check.JOB_SUFFIX).
+NOTEBOOK_SUFFIX, CHECK_SUFFIX = "-notebook", "-check"
 # The formats and fields of the hub's reads (portal.slurm.commands,
 # portal.usage: tests/unit/test_slurmread.py holds them equal).
 QUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P|%l"
@@ -187,11 +189,12 @@ def shown(text, most=40):
 
 
 def job_names(hubs):
-    """``{name: hub}``: each registered hub's sessions' and notebook jobs' name."""
+    """``{name: hub}``: each registered hub's sessions', notebook jobs' and
+    ``portal check``'s test jobs' name."""
     names = {}
     for hub in hubs:
-        names.setdefault(hub.job_name, hub)
-        names.setdefault(hub.job_name + NOTEBOOK_SUFFIX, hub)
+        for suffix in ("", NOTEBOOK_SUFFIX, CHECK_SUFFIX):
+            names.setdefault(hub.job_name + suffix, hub)
     return names
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from portal import usage
+from portal import check, usage
 from portal.core import usernames
 from portal.helper import extend, slurmread
 from portal.helper.slurmread import Refused, main, read, shape_of
@@ -135,7 +135,8 @@ def test_the_helper_s_formats_and_patterns_are_the_hub_s():
     assert slurmread.TASK_FIELDS == parse.SACCT_TASK_FIELDS
     assert slurmread.USAGE_FIELDS == usage.FIELDS
     assert slurmread.PATTERNS["USER"].pattern == usernames.SAFE
-    assert slurmread.job_names([SimpleNamespace(job_name=SESSION)]).keys() == NAMES
+    hub = SimpleNamespace(job_name=SESSION)
+    assert slurmread.job_names([hub]).keys() == NAMES | {SESSION + check.JOB_SUFFIX}
 
 
 QUEUE = ["squeue", "--noheader", "--name", SESSION, "--format", commands.SQUEUE_FORMAT]
@@ -260,8 +261,8 @@ def test_a_read_runs_from_the_registered_folder_and_prints_slurm_s_output(capsys
 def test_scontrol_shows_a_job_only_when_root_s_squeue_lists_it_under_the_portal_s_names():
     system = FakeSystem()
     assert read(["scontrol", "show", "job", "-d", "7"], system) == "out\n"
-    assert system.ran[0] == (BIN_DIR, ["squeue", "-h", "-j", "7", "--name", f"{SESSION},{NOTEBOOK}",
-                                       "-o", "%i"])  # fmt: skip
+    names = f"{SESSION},{SESSION}-check,{NOTEBOOK}"
+    assert system.ran[0] == (BIN_DIR, ["squeue", "-h", "-j", "7", "--name", names, "-o", "%i"])
     other = FakeSystem(listed="")
     with pytest.raises(Refused, match="job 8 is none of the portal's jobs"):
         read(["scontrol", "show", "job", "-d", "8"], other)
