@@ -393,6 +393,7 @@ def association_parts(settings, groups):
 
 def sudo_parts(settings, groups, check_user):
     from portal.helper import extend as extendhelper
+    from portal.helper import slurmread
 
     done = _run(["sudo", "-V"])
     version = version_tuple(done.stdout.splitlines()[0] if done.stdout else "")
@@ -400,9 +401,12 @@ def sudo_parts(settings, groups, check_user):
         shown = ".".join(map(str, version)) or "not found"
         return [Result(FAIL, "sudo", f"version {shown}", "install sudo 1.9.10 or later")]
     member = check_user or next((m for ms in groups.values() if ms for m in ms), "")
-    asks = [("root", [extendhelper.INSTALLED_AT, "1", "60", "60"])]
+    asks = [("root", [extendhelper.INSTALLED_AT, "1", "60", "60"]),
+            ("root", [slurmread.INSTALLED_AT, "squeue", "-h"])]  # fmt: skip
     if member:
-        asks[:0] = [(member, [slurm.command("sbatch")]), (member, [slurm.command("scancel")])]
+        # scancel only of a job named as the portal's (the rule's regular expression)
+        cancel = [slurm.command("scancel"), f"--name={settings['slurm']['job_name']}", "1"]
+        asks[:0] = [(member, [slurm.command("sbatch")]), (member, cancel)]
     refused = []
     for user, argv in asks:
         done = as_hub(settings, "sudo", "-n", "-l", "-u", user, *argv)
@@ -627,14 +631,14 @@ def hub_sees(settings, job_id):
 
 
 def _hub_sees_main(job_id):
-    """As the hub's account: exit 0 when the hub's query lists ``job_id``."""
+    """As the hub's account: exit 0 when the hub's query (the shared poll's
+    squeue, read as [slurm] private_data says: through portal-slurm-read
+    where Slurm's PrivateData hides jobs) lists ``job_id``, a test job."""
     settings = site_settings.load()
     slurm.use_bin_dir(settings["slurm"]["bin_dir"])
-    configure = getattr(slurm, "configure_reads", None)
-    if configure:
-        asyncio.run(configure(settings))
+    slurm.use_private_data(settings["slurm"]["private_data"])
     try:
-        seen = asyncio.run(slurm.listed([job_id], TIMEOUT))
+        seen = asyncio.run(slurm.queue(settings["slurm"]["job_name"] + JOB_SUFFIX, TIMEOUT))
     except SlurmError as e:
         print(f"squeue: {e}")
         return 2

@@ -293,7 +293,7 @@ class SessionExtender:
         for a clear answer (refused when they cannot be read), and again by
         the helper."""
         try:
-            caps = await slurm.wall_caps(str(job_id), self.timeout)
+            caps = await slurm.wall_caps(str(job_id), self.job_name, self.timeout)
         except slurm.SlurmError as e:
             log.error("Could not read the time caps of job %s: %s", job_id, e)
             raise ExtendError(f"Slurm did not say the job's time caps: {e}", status=502) from None

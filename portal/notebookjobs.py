@@ -242,7 +242,7 @@ class NotebookJobs:
         except Exception:  # a job nobody could see or cancel runs nowhere
             log.exception("Notebook job %s of %s could not be recorded: cancelling it",
                           job_id, username)  # fmt: skip
-            await slurm.cancel(username, [job_id], timeout=self.timeout)
+            await slurm.cancel(username, job_id, self.job_name, timeout=self.timeout)
             raise
 
     async def rerun(self, record, actor):
@@ -259,7 +259,7 @@ class NotebookJobs:
         self._seen.pop(record["id"], None)
         self._cancelled[record["id"]] = time.monotonic()  # a view asked before is not kept
         trim_times(self._cancelled, KEEP_SEEN)
-        await slurm.cancel(record["user"], [record["id"]], timeout=self.timeout)
+        await slurm.cancel(record["user"], record["id"], self.job_name, timeout=self.timeout)
 
     async def declared(self, username, path):
         """``(path, kernel, [Parameter])`` of the notebook ``path`` of
@@ -359,7 +359,7 @@ class NotebookJobs:
             error = ""
             try:
                 accounted, queued = await slurm.notebook_tasks(
-                    [r["id"] for r in ask], timeout=self.timeout
+                    [r["id"] for r in ask], self.job_name, timeout=self.timeout
                 )
             except SlurmError as e:
                 accounted, queued, error = {}, {}, str(e)

@@ -504,7 +504,7 @@ def configure_spawner(c, settings):
     from spawners.poller import SlurmPoller
 
     slurm, envs = settings["slurm"], settings["envs"]
-    configure_slurm_commands(c, slurm["bin_dir"])
+    configure_slurm_commands(c, slurm["bin_dir"], slurm["private_data"])
     c.JupyterHub.spawner_class = "spawners.PortalSpawner"
     profiles = StoreProfiles(settings)
     c.PortalSpawner.profile_source = profiles
@@ -558,14 +558,17 @@ def configure_spawner(c, settings):
     c.Spawner.http_timeout = 120
 
 
-def configure_slurm_commands(c, bin_dir):
+def configure_slurm_commands(c, bin_dir, private_data="auto"):
     """Every Slurm command of the hub, its spawners and its polls from
     ``bin_dir`` ([slurm] bin_dir), first on the sessions' PATH too; the hub
     refuses to start (SettingsError, naming the setting) when one of Slurm's
-    commands is not there."""
+    commands is not there, or [slurm] private_data is none of its values.
+    The hub reads its jobs as ``private_data`` says (``check_private_data``
+    logs how)."""
     from portal.slurm import commands
 
     commands.use_bin_dir(bin_dir, check=True)
+    commands.use_private_data(private_data)
     c.PortalSpawner.slurm_bin_dir = bin_dir
     c.PortalSpawner.job_path = commands.job_path(bin_dir)
 
@@ -590,6 +593,47 @@ def check_extensions(settings):
     slurm = settings["slurm"]
     check = ExtensionCheck.shared(slurm["command_timeout"], slurm["job_name"])
     when_the_hub_runs(lambda: asyncio.ensure_future(check.at_start(get_logger())))
+
+
+def check_private_data(settings):
+    """Ask Slurm, as the hub starts, how the hub reads its jobs ([slurm]
+    private_data; "auto": whether PrivateData hides them), and say it in the
+    hub's log; when through the root helper, whether sudo lets the hub's
+    account run it (if not, the log names the fix at once, rather than a
+    session taken for ended)."""
+    from traitlets.log import get_logger
+
+    when_the_hub_runs(lambda: asyncio.ensure_future(private_data_problem(settings, get_logger())))
+
+
+async def private_data_problem(settings, log):
+    """The start check of ``check_private_data``: the problem logged, or ""."""
+    from portal.helper import slurmread
+    from portal.slurm import commands
+
+    timeout = settings["slurm"]["command_timeout"]
+    mode = settings["slurm"]["private_data"]
+    if not await commands.reads_through_helper(timeout):
+        log.info("[slurm] private_data = %r: the hub reads its jobs as its own account", mode)
+        return ""
+    try:
+        allowed = await commands.may_run_read_helper(timeout)
+    except (commands.SlurmError, OSError) as e:
+        allowed, why = False, f"sudo did not answer: {e}"
+    else:
+        why = "sudo has no rule for it"
+    if allowed:
+        log.info(
+            "[slurm] private_data = %r: the hub reads its jobs through %s (Slurm's PrivateData "
+            "hides other users' jobs)", mode, slurmread.INSTALLED_AT,
+        )  # fmt: skip
+        return ""
+    problem = (
+        f"the hub's account {settings['hub']['user']} cannot run {slurmread.INSTALLED_AT} "
+        f"({why}), and Slurm's PrivateData hides its sessions' jobs: run portal setup as root"
+    )
+    log.error("%s", problem)
+    return problem
 
 
 def check_slurm_account(settings):

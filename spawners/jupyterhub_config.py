@@ -29,6 +29,7 @@ hub_config.configure_culling(c, site)
 hub_config.start_shared_poll(c)
 hub_config.check_extensions(site)
 hub_config.check_slurm_account(site)
+hub_config.check_private_data(site)
 
 site_file = Path(os.environ.get("PORTAL_CONFIG") or settings.SITE_FILE)
 for extra in sorted((site_file.parent / "jupyterhub_config.d").glob("*.py")):

@@ -226,7 +226,7 @@ class PortalSpawner(
 
     async def cancel_batch_job(self):
         self.log.info("Cancelling job %s of %s", self.job_id, self.user.name)
-        await slurm.cancel(self.user.name, [self.job_id], timeout=self.slurm_timeout)
+        await slurm.cancel(self.user.name, self.job_id, self.job_name, timeout=self.slurm_timeout)
 
     async def _gpu_indices(self, nodes):
         """The running job's GPU indices on each of its ``nodes`` (one scontrol)."""
@@ -238,7 +238,7 @@ class PortalSpawner(
     async def job_end_reason(self):
         """How the job ended, from sacct, as a short phrase (or "")."""
         try:
-            return await slurm.end_reason(self.job_id, timeout=self.slurm_timeout)
+            return await slurm.end_reason(self.job_id, self.job_name, timeout=self.slurm_timeout)
         except slurm.SlurmError:
             return ""
 

@@ -482,10 +482,10 @@ class System:
             raise Refused(f"{argv[0]} failed: {error[:200]}")
         return done.stdout
 
-    def folders(self):
-        """The folders of Slurm's commands the hubs registered, each once,
-        in the order of their job names (a registration that cannot be read
-        is left out here: it extends no job)."""
+    def hubs(self):
+        """Every hub registered, in the order of their job names (a
+        registration that cannot be read is left out here: it names no job
+        of the portal's)."""
         found = []
         if not os.path.lexists(self.registry):
             return found
@@ -498,7 +498,16 @@ class System:
                 hub = self.hub(name)
             except Refused:
                 continue
-            if hub is not None and hub.bin_dir not in found:
+            if hub is not None:
+                found.append(hub)
+        return found
+
+    def folders(self):
+        """The folders of Slurm's commands the hubs registered, each once,
+        in the order of their job names."""
+        found = []
+        for hub in self.hubs():
+            if hub.bin_dir not in found:
                 found.append(hub.bin_dir)
         return found
 

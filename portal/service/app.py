@@ -23,7 +23,7 @@ from portal.core.profiles import IMAGE_RE, NAME_RE
 from portal.extend import ExtensionCheck, SessionExtender
 from portal.notebookjobs import NotebookJobs
 from portal.service.cluster import ClusterSource
-from portal.slurm.commands import use_bin_dir
+from portal.slurm.commands import use_bin_dir, use_private_data
 from portal.store import ProfileStore, store_url
 
 from . import api, jobs, pages, usage
@@ -41,6 +41,7 @@ def create_application(settings=None, store=None, image_runner=None):
     (``ImageChecks``; by default ``portal.helper.imagecheck.run_check``)."""
     settings = settings or site_settings.load()
     use_bin_dir(settings["slurm"]["bin_dir"])  # the hub refused to start without them
+    use_private_data(settings["slurm"]["private_data"])  # its notebook jobs, its usage report
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     hub_prefix = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/")
     hub_auth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)

@@ -15,10 +15,12 @@ accounts are removed only when setup made them (``MANIFEST``).
 
 The hub (with its admin service) runs as [hub] user, the proxy as [hub]
 proxy_user. The hub's elevated actions are the sudoers rules written here:
-Slurm's sbatch and scancel (from [slurm] bin_dir) as members of the
-portal's groups, never root; the helpers portal-image-check and
-portal-notebook, which run as a user; and, as root, portal-extend, which
-lengthens a running session after checking it again.
+Slurm's sbatch, and scancel of a job named as the portal's jobs (from
+[slurm] bin_dir), as members of the portal's groups, never root; the helpers
+portal-image-check and portal-notebook, which run as a user; and, as root,
+portal-extend, which lengthens a running session after checking it again,
+and portal-slurm-read, which reads the portal's jobs where Slurm's
+PrivateData hides them from the hub's account.
 """
 
 import importlib.util
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from portal import settings as site_settings
 from portal.helper import extend as extendhelper
-from portal.helper import imagecheck, notebook
+from portal.helper import imagecheck, notebook, slurmread
 from portal.settings import portal_groups
 from portal.slurm import commands as slurm_commands
 
@@ -55,6 +57,7 @@ HELPERS = {
     extendhelper.INSTALLED_AT: extendhelper,
     imagecheck.INSTALLED_AT: imagecheck,
     notebook.INSTALLED_AT: notebook,
+    slurmread.INSTALLED_AT: slurmread,
 }
 # What the proxy copies from the hub's internal-ssl store.
 PROXY_KEYS = ("proxy-api", "proxy-client")
@@ -135,20 +138,25 @@ def slurm_bin(settings):
     return settings["slurm"]["bin_dir"]
 
 
-def sudoers(settings):
+def sudoers(settings, job_names=None):
     """The sudoers rules of the hub's account, no password, with a reset
-    environment: exactly Slurm's sbatch and scancel, the image check and the
-    notebook reader (any arguments: they run with the user's rights alone),
-    as members of the portal's groups only (never root), and the check as
-    ``imagecheck.SITE_CHECK_USER`` (the service's checks of the site's
-    images); and the extend helper, as root, with three whole numbers as
-    its arguments (a POSIX regular expression, sudo 1.9.10 or later).
-    sudo's match is a first filter only: the helper checks its arguments
-    and the job itself again."""
+    environment: exactly Slurm's sbatch, scancel of one job named one of
+    ``job_names`` (``cancel_args``; by default this hub's), the image check
+    and the notebook reader (any arguments: they run with the user's rights
+    alone), as members of the portal's groups only (never root), and the
+    check as ``imagecheck.SITE_CHECK_USER`` (the service's checks of the
+    site's images); and as root the extend helper, with three whole numbers
+    as its arguments, and the read helper, with a command line of squeue,
+    scontrol or sacct (POSIX regular expressions, sudo 1.9.10 or later).
+    sudo's match is a first filter only: each helper checks its arguments
+    again (the read helper each word), and the extend helper the job."""
     return render(
         "sudoers",
         runas="".join(f"%{group}, " for group in portal_groups(settings)),
         slurm_bin=slurm_bin(settings),
+        cancel_args=cancel_args(job_names or job_names_of(settings["slurm"]["job_name"])),
+        read_helper=slurmread.INSTALLED_AT,
+        read_helper_args=slurmread.SUDOERS_ARGS,
         image_check=imagecheck.INSTALLED_AT,
         notebook_reader=notebook.INSTALLED_AT,
         check_user=imagecheck.SITE_CHECK_USER,
@@ -156,6 +164,41 @@ def sudoers(settings):
         helper_args=extendhelper.SUDOERS_ARGS,
         hub_user=settings["hub"]["user"],
     )
+
+
+def job_names_of(job_name):
+    """The names of a hub's jobs: its sessions' ([slurm] job_name) and its
+    notebook jobs' (``portal.notebookjobs.job_name``)."""
+    return [job_name, job_name + slurmread.NOTEBOOK_SUFFIX]
+
+
+def cancel_args(job_names):
+    """scancel's arguments the sudoers rule allows, as a regular expression:
+    ``--name=NAME JOB``, NAME one of ``job_names``. scancel's own filter
+    then leaves job JOB alone unless it has that name, and sudo runs it as
+    the job's user, whom Slurm lets cancel their own jobs only: the hub's
+    account cancels no job but a portal user's named as the portal's. A
+    name's ``.`` is a bracket (``[.]``: no backslash, which sudoers would
+    take), and sudoers' ``=`` is escaped.
+
+    >>> print(cancel_args(["portal-jupyter", "portal-jupyter-notebook", "lab.x"]))
+    ^--name\\=(lab[.]x|portal-jupyter|portal-jupyter-notebook) [0-9]{1,10}$
+    """
+    names = sorted(set(job_names))
+    if not names or not all(extendhelper.NAME_RE.fullmatch(name) for name in names):
+        raise SetupError(f"not job names the portal takes: {names!r}: see [slurm] job_name")
+    alternatives = "|".join(name.replace(".", "[.]") for name in names)
+    return f"^--name\\=({alternatives}) [0-9]{{1,10}}$"
+
+
+def registered_job_names(registry=extendhelper.REGISTRY):
+    """The names of the jobs of every hub registered on this host (each
+    registration's job name, and its notebook jobs'): several hubs (the
+    demo's, the tests') share one sudoers file."""
+    names = []
+    for hub in extendhelper.System(str(registry)).hubs():
+        names += job_names_of(hub.job_name)
+    return names
 
 
 def registration(settings):
@@ -401,8 +444,10 @@ def register_hub(settings):
 
 
 def install_sudoers(settings):
-    """The rules, checked with visudo before they are installed."""
-    content = sudoers(settings)
+    """The rules, checked with visudo before they are installed; scancel's
+    for the jobs of every hub registered here (this one's included:
+    ``register_hub`` ran before)."""
+    content = sudoers(settings, registered_job_names())
     if SUDOERS.is_file() and not SUDOERS.is_symlink() and SUDOERS.read_text() == content:
         return
     tmp = Path(f"{SUDOERS}.tmp")

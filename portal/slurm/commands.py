@@ -1,7 +1,17 @@
 """Every Slurm command the portal runs: its command line, how it runs (as the
 hub's account, as a user through the sudoers rule, or through the root
-helper ``portal-extend``), its environment and timeout, and which parser
-reads its output.
+helpers ``portal-extend`` and ``portal-slurm-read``), its environment and
+timeout, and which parser reads its output.
+
+The hub's reads of its jobs (squeue, ``scontrol show job``, sacct) go
+through ``read``: as the hub's account itself, or, where Slurm hides other
+users' jobs (``PrivateData=jobs``), through the root helper
+``portal-slurm-read``, which runs only those reads' exact command lines
+and shows only the portal's jobs ([slurm] private_data;
+portal/helper/slurmread.py says why a helper and not a Slurm admin level).
+The other reads (sinfo, sacctmgr, ``scontrol show partition``,
+``assoc_mgr``) PrivateData=jobs,usage leaves as they are: they run as the
+hub's account always.
 
 Commands run as argument lists (no shell), each by its full path in
 Slurm's commands' folder (``[slurm] bin_dir``, ``BIN_DIR``), with
@@ -16,6 +26,7 @@ import time
 
 from portal.core import usernames
 from portal.helper import extend as extendhelper
+from portal.helper import slurmread
 from portal.settings import SettingsError, defaults
 
 from .parse import (
@@ -37,6 +48,7 @@ from .parse import (
     parse_squeue_tasks,
     parse_will_run,
 )
+from .parse import private_data as parse_private_data
 
 # The whole environment of every Slurm command the hub runs, and of the sudo
 # that runs one as a user: named here, nothing inherited from the hub (whose
@@ -57,8 +69,8 @@ SINFO_FIELDS = [
 ]
 
 __all__ = [
-    "BIN_DIR", "MINIMAL_ENV", "OBSERVERS", "SlurmError", "as_user", "command", "run",
-    "sbatch_argv", "use_bin_dir",
+    "BIN_DIR", "MINIMAL_ENV", "OBSERVERS", "SlurmError", "as_user", "command", "read", "run",
+    "sbatch_argv", "use_bin_dir", "use_private_data",
 ]  # fmt: skip
 
 # The folder of Slurm's commands ([slurm] bin_dir): the site's default until
@@ -187,9 +199,16 @@ async def _run(argv, input, env, timeout, with_stderr):
 
 
 def _name(argv):
-    """The command in ``argv``, past any ``sudo ... --`` prefix, without its folder."""
+    """The command in ``argv``, past any ``sudo ... --`` prefix and the read
+    helper, without its folder.
+
+    >>> _name(["sudo", "-n", "--", slurmread.INSTALLED_AT, "squeue", "-h"])
+    'squeue'
+    """
     if "--" in argv:
-        return os.path.basename(argv[argv.index("--") + 1])
+        argv = argv[argv.index("--") + 1 :]
+        if argv[0] == slurmread.INSTALLED_AT and len(argv) > 1:
+            argv = argv[1:]
     return os.path.basename(argv[0])
 
 
@@ -212,12 +231,79 @@ def as_user(username, argv):
     return ["sudo", "-n", "-u", username, "--", *argv]
 
 
+def as_read_helper(argv):
+    """The read ``argv`` through the root helper ``portal-slurm-read``
+    (portal/helper/slurmread.py), which takes the command's name, not its
+    path: it runs it from the folder the hub registered.
+
+    >>> as_read_helper(["/opt/slurm/bin/squeue", "-h"])[3:]
+    ['/usr/local/libexec/portal/portal-slurm-read', 'squeue', '-h']
+    """
+    return ["sudo", "-n", "--", slurmread.INSTALLED_AT, os.path.basename(argv[0]), *argv[1:]]
+
+
 def as_root_helper(*args):
     """The root helper ``portal-extend ARGS`` (portal/helper/extend.py, installed
     root's by deploy/hub.sh) through its sudoers rule, which lets the hub's
     account run it as root with three whole numbers; as ``as_user``, no
     ``-E``, and ``run`` gives sudo ``MINIMAL_ENV`` alone."""
     return ["sudo", "-n", "--", extendhelper.INSTALLED_AT, *args]
+
+
+# -- the hub's reads of its jobs ([slurm] private_data) ----------------------
+
+PRIVATE_DATA_MODES = ("auto", "helper", "direct")
+# How ``read`` runs: the settings' [slurm] private_data (``use_private_data``)
+# and, for "auto", what Slurm said (None: not asked yet, or no answer).
+_reads = {"mode": "direct", "hidden": None}
+
+
+def use_private_data(mode):
+    """Read the portal's jobs as [slurm] private_data says from now on:
+    "direct" (as the hub's account), "helper" (through ``portal-slurm-read``)
+    or "auto" (the helper when Slurm hides jobs: ``jobs_hidden``).
+    SettingsError, naming the setting, for anything else."""
+    if mode not in PRIVATE_DATA_MODES:
+        raise SettingsError(
+            f"[slurm] private_data must be one of {', '.join(PRIVATE_DATA_MODES)}, not {mode!r}"
+        )
+    _reads.update(mode=mode, hidden=None)
+
+
+async def jobs_hidden(timeout):
+    """Whether slurmctld's or slurmdbd's PrivateData hides other users' jobs
+    from the hub's account (names ``jobs``): ``scontrol show config`` (the
+    controller's) and ``sacctmgr show config`` (slurm.conf's as this host
+    reads it, then slurmdbd's), which PrivateData hides nothing of."""
+    shown = await run([command("scontrol"), "show", "config"], timeout=timeout)
+    shown += "\n" + await run([command("sacctmgr"), "show", "config"], timeout=timeout)
+    return "jobs" in parse_private_data(shown)
+
+
+async def reads_through_helper(timeout):
+    """Whether ``read`` runs through the helper: "helper"; "auto" when Slurm
+    hides jobs (asked once; while Slurm does not answer, the helper, which
+    reads either way); never as root, who sees every job."""
+    if os.geteuid() == 0 or _reads["mode"] == "direct":
+        return False
+    if _reads["mode"] == "helper":
+        return True
+    if _reads["hidden"] is None:
+        try:
+            _reads["hidden"] = await jobs_hidden(timeout)
+        except SlurmError:
+            return True
+    return _reads["hidden"]
+
+
+async def read(argv, *, timeout, **kwargs):
+    """``run`` a read of the portal's jobs (squeue, ``scontrol show job``,
+    sacct): as the hub's account, or through ``portal-slurm-read``
+    (``reads_through_helper``), whose shapes (portal/helper/slurmread.py
+    SHAPES) each of these command lines is."""
+    if await reads_through_helper(timeout):
+        argv = as_read_helper(argv)
+    return await run(argv, timeout=timeout, **kwargs)
 
 
 # -- the sbatch command line -----------------------------------------------
@@ -310,7 +396,7 @@ async def job_end(job_id, slurm_conf, timeout, bin_dir=None):
 async def queue(job_name, timeout):
     """Every job named ``job_name`` (one squeue for all sessions): ``{id: Job}``."""
     argv = [command("squeue"), "--noheader", "--name", job_name, "--format", SQUEUE_FORMAT]
-    return parse_squeue(await run(argv, timeout=timeout))
+    return parse_squeue(await read(argv, timeout=timeout))
 
 
 async def partitions(timeout):
@@ -347,17 +433,19 @@ async def expected_start(job_slice, timeout):
     return parse_will_run(await run(argv, timeout=timeout, with_stderr=True))
 
 
-async def end_reason(job_id, timeout):
-    """How a job ended, from sacct (``"FAILED, exit code 1:0"``), or ""."""
-    argv = [command("sacct"), "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]
-    return parse_end_reason(await run(argv, timeout=timeout))
+async def end_reason(job_id, job_name, timeout):
+    """How the job ``job_id`` named ``job_name`` ended, from sacct
+    (``"FAILED, exit code 1:0"``), or ""."""
+    argv = [command("sacct"), "-j", job_id, "--name", job_name,
+            "-X", "-n", "-P", "-o", "State,ExitCode,Reason"]  # fmt: skip
+    return parse_end_reason(await read(argv, timeout=timeout))
 
 
 async def gpu_indices(job_id, nodes, timeout):
     """The GPU indices of a running job on each of its ``nodes`` (squeue's):
     ``{"n1": "0-1"}``."""
     argv = [command("scontrol"), "show", "job", "-d", job_id]
-    return parse_gpu_indices(await run(argv, timeout=timeout), nodes)
+    return parse_gpu_indices(await read(argv, timeout=timeout), nodes)
 
 
 async def job_fields(job_id, timeout):
@@ -373,7 +461,7 @@ async def running_limit(job_id, username, job_name, timeout):
     argv = [command("squeue"), "-h", "-j", job_id, "-u", username, "-n", job_name, "-t", "RUNNING",
             "-o", "%i|%l|%e"]  # fmt: skip
     try:
-        return parse_running_limit(await run(argv, timeout=timeout), job_id)
+        return parse_running_limit(await read(argv, timeout=timeout), job_id)
     except SlurmError as e:
         if "Invalid job id" in str(e):
             return None
@@ -387,14 +475,15 @@ async def slurm_uids(name, timeout):
     return parse_assoc_uids(await run(argv, timeout=timeout))
 
 
-async def wall_caps(job_id, timeout):
-    """Slurm's own caps on ``job_id``'s time limit, which root's ``scontrol
+async def wall_caps(job_id, job_name, timeout):
+    """Slurm's own caps on the session ``job_id``'s time limit (a job named
+    ``job_name``), which root's ``scontrol
     update`` (the helper's) is not held to: ``{"partition gpu": minutes,
     "QOS portal": minutes}`` (None: no cap). SlurmError when one cannot be
     read. The hub checks them to answer with a clear message; the helper
     checks them again."""
-    argv = [command("squeue"), "-h", "-j", job_id, "-o", "%P|%q"]
-    fields = (await run(argv, timeout=timeout)).strip()
+    argv = [command("squeue"), "-h", "-j", job_id, "-n", job_name, "-o", "%P|%q"]
+    fields = (await read(argv, timeout=timeout)).strip()
     partition, _, qos = fields.partition("|")
     if not partition or not qos:
         raise SlurmError(f"squeue gave no partition and QOS for job {job_id}: {fields[:80]!r}")
@@ -450,6 +539,20 @@ async def may_run_helper(timeout):
     return True
 
 
+async def may_run_read_helper(timeout):
+    """Whether sudo lets this account run the read helper: ``sudo -n -l
+    HELPER squeue -h``, which runs nothing, exits 0 when a rule lets it and
+    1 when none does. SlurmError when sudo gives no answer."""
+    argv = ["sudo", "-n", "-l", slurmread.INSTALLED_AT, "squeue", "-h"]
+    try:
+        await run(argv, timeout=timeout)
+    except SlurmError as e:
+        if e.returncode == 1:
+            return False
+        raise
+    return True
+
+
 # -- as a user -------------------------------------------------------------
 
 
@@ -460,9 +563,14 @@ async def submit(username, script, argv, timeout):
     return parse_job_id(await run(as_user(username, argv), input=script, timeout=timeout))
 
 
-async def cancel(username, job_ids, timeout):
-    """scancel the jobs as ``username`` (their owner)."""
-    await run(as_user(username, [command("scancel"), *job_ids]), timeout=timeout)
+async def cancel(username, job_id, job_name, timeout):
+    """scancel the job ``job_id`` named ``job_name`` (a session's, a notebook
+    job's, every task of an array) as ``username``, its owner. scancel's own
+    filter leaves the job alone when it has another name; the sudoers rule
+    lets the hub's account run scancel only so, with the name of the
+    portal's jobs (portal/setup/install.py ``cancel_args``)."""
+    argv = [command("scancel"), f"--name={job_name}", str(job_id)]
+    await run(as_user(username, argv), timeout=timeout)
 
 
 async def listed(job_ids, timeout):
@@ -476,19 +584,20 @@ async def listed(job_ids, timeout):
         raise
 
 
-async def notebook_tasks(job_ids, timeout):
-    """Every task of the notebook jobs ``job_ids`` as sacct records them
+async def notebook_tasks(job_ids, job_name, timeout):
+    """Every task of the notebook jobs ``job_ids`` (named ``job_name``) as sacct records them
     (queued, running and ended alike), and as squeue sees those it still
     lists (a queued one's expected start): ``(sacct's, squeue's)``, each
     ``{job_id: {task: fields}}`` (``parse.parse_sacct_tasks``)."""
     if not job_ids:
         return {}, {}
     ids = ",".join(job_ids)
-    argv = [command("sacct"), "-a", "-X", "-n", "-P", "-j", ids, "-o", SACCT_TASK_FIELDS]
-    accounted = parse_sacct_tasks(await run(argv, timeout=timeout))
-    argv = [command("squeue"), "-h", "-r", "-j", ids, "-o", "%i|%T|%S|%e|%r"]
+    argv = [command("sacct"), "-a", "-X", "-n", "-P", "-j", ids, "--name", job_name,
+            "-o", SACCT_TASK_FIELDS]  # fmt: skip
+    accounted = parse_sacct_tasks(await read(argv, timeout=timeout))
+    argv = [command("squeue"), "-h", "-r", "-j", ids, "-n", job_name, "-o", "%i|%T|%S|%e|%r"]
     try:
-        queued = parse_squeue_tasks(await run(argv, timeout=timeout))
+        queued = parse_squeue_tasks(await read(argv, timeout=timeout))
     except SlurmError as e:
         if "Invalid job id" not in str(e):
             raise
@@ -506,7 +615,7 @@ async def accounted_jobs(names, since, until, fields, user=None, timeout=60):
             "-o", fields]  # fmt: skip
     if user:
         argv += ["-u", user]
-    return await run(argv, timeout=timeout)
+    return await read(argv, timeout=timeout)
 
 
 async def ping(timeout, bin_dir=None):

@@ -207,6 +207,27 @@ def parse_end_reason(text):
     return ""
 
 
+def private_data(text):
+    """The kinds of data Slurm keeps private (``PrivateData``) in
+    ``scontrol show config`` or ``sacctmgr show config`` output, every
+    ``PrivateData`` line's together (sacctmgr's has slurm.conf's and
+    slurmdbd's), lower case; "none" names none.
+
+    >>> sorted(private_data("PrivateData             = jobs,usage\\nSLURM_CONF = /etc/x.conf"))
+    ['jobs', 'usage']
+    >>> sorted(private_data("PrivateData = none\\nPrivateData            = Jobs"))
+    ['jobs']
+    >>> private_data("ClusterName = x")
+    set()
+    """
+    kinds = set()
+    for line in text.splitlines():
+        key, equals, value = line.partition("=")
+        if equals and key.strip() == "PrivateData":
+            kinds |= {k.strip().lower() for k in value.split(",") if k.strip()}
+    return kinds - {"none"}
+
+
 def parse_gpu_indices(text, nodes):
     """The GPU indices of each of ``nodes`` (the job's, as squeue lists them)
     in ``scontrol show job -d`` output; the detail lines only.

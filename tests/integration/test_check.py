@@ -163,7 +163,8 @@ def test_the_sudoers_rule_removed(settings, tmp_path):
     failed = failures(lines)
     hub_user = settings["hub"]["user"]
     assert failed and failed[0].startswith(f"FAIL sudo: {hub_user} may not run sbatch as bob, "
-                                           "scancel as bob, portal-extend as root; fix: run "
+                                           "scancel as bob, portal-extend as root, "
+                                           "portal-slurm-read as root; fix: run "
                                            "portal setup"), lines  # fmt: skip
     # the test job runs as the check user, not through the hub's rules
     assert len(failed) == 1, failed

@@ -18,7 +18,8 @@ import requests
 
 from portal import settings as site_settings
 from portal.helper import extend as extendhelper
-from portal.helper import imagecheck, notebook
+from portal.helper import imagecheck, notebook, slurmread
+from portal.setup import install
 from tests.support.hubsettings import CA_CERT
 from tests.support.internaltls import CERTS, INTERNAL_TLS, proxy_api
 from tests.support.jobs import squeue, wait_no_jobs
@@ -227,17 +228,24 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
     runas, commands = re.match(r"\((.*)\)\s*NOPASSWD:\s*(.*)", rules[0]).groups()
     check = imagecheck.INSTALLED_AT
     reader = notebook.INSTALLED_AT
-    assert sorted(c.strip() for c in commands.split(",")) == sorted([
-        "/usr/bin/sbatch", "/usr/bin/scancel", check, reader,
-    ])  # fmt: skip
+    # scancel of one job named as a registered hub's (its regular expression
+    # has a comma of its own)
+    scancel = install.cancel_args(install.registered_job_names()).replace("\\=", "=")
+    assert commands.replace("\\=", "=") == (
+        f"/usr/bin/sbatch, /usr/bin/scancel {scancel}, {check}, {reader}"
+    )
     # the image check as nobody: the service's checks of the site's images
     assert rules[1] == f"(nobody) NOPASSWD: {check}"
     assert "ALL" not in runas and {r.strip() for r in runas.split(",")} >= {
         "%portal-users",
         "!root",
     }
-    # the one rule as root: the extension helper, three whole numbers
-    assert rules[2] == (f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}")
+    # as root: the extension helper, three whole numbers; the read helper,
+    # a command line of squeue, scontrol or sacct (it checks each word)
+    assert rules[2] == (
+        f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}, "
+        f"{slurmread.INSTALLED_AT} {slurmread.SUDOERS_ARGS}"
+    )
     assert (
         as_portal("sudo", "-n", "-u", "alice", "--", "/usr/bin/sbatch", "--version").returncode == 0
     )
@@ -252,6 +260,11 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
         "the helper as alice": ["-u", "alice", "--", helper, "1", "60", "60"],
         "the helper, other words": ["--", helper, "1", "60", "60;id"],
         "the helper, no words": ["--", helper],
+        "scancel without the portal's name": ["-u", "alice", "--", "/usr/bin/scancel", "1"],
+        "scancel of another name": ["-u", "alice", "--", "/usr/bin/scancel", "--name=x", "1"],
+        "the read helper as alice": ["-u", "alice", "--", slurmread.INSTALLED_AT, "squeue", "-h"],
+        "the read helper, scancel": ["--", slurmread.INSTALLED_AT, "scancel", "1"],
+        "the read helper, no words": ["--", slurmread.INSTALLED_AT],
         "the helper's environment": ["PYTHONPATH=/tmp", "--", helper, "1", "60", "60"],
         "the image check as root": ["--", check, "--jupyter", "/x", "/y"],
         "the image check as openldap": ["-u", "openldap", "--", check, "--jupyter", "/x", "/y"],

@@ -42,8 +42,10 @@ def cancel_jobs_of(users, timeout=60):
 
 
 def cancel_test_jobs():
-    """scancel every job of the test hub, its notebook jobs too (without waiting)."""
-    subprocess.run(["scancel", "--name", f"{JOB_NAME},{JOB_NAME}-notebook"], check=False)
+    """scancel every job of the test hub, its notebook jobs too (without
+    waiting). scancel takes one --name: a comma list matches no job."""
+    for name in (JOB_NAME, f"{JOB_NAME}-notebook"):
+        subprocess.run(["scancel", "--name", name], check=False)
 
 
 def partition_nodes(partition):

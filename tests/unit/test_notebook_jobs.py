@@ -1038,7 +1038,7 @@ def jobs(monkeypatch):
     made = notebookjobs.NotebookJobs(store=None, settings=settings.defaults(), profiles=list)
     made.slurm, made.asked = {}, []
 
-    async def notebook_tasks(job_ids, timeout):
+    async def notebook_tasks(job_ids, job_name, timeout):
         made.asked.append(sorted(job_ids))
         accounted = {j: {None: {"state": made.slurm[j]}} for j in job_ids if j in made.slurm}
         return accounted, {}
@@ -1073,7 +1073,7 @@ def test_an_array_with_a_suspended_task_is_not_taken_for_ended(jobs, monkeypatch
 
     states = {0: "COMPLETED", 1: "SUSPENDED"}
 
-    async def notebook_tasks(job_ids, timeout):
+    async def notebook_tasks(job_ids, job_name, timeout):
         return {"8": {k: {"state": v} for k, v in states.items()}}, {}
 
     monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", notebook_tasks)
@@ -1092,13 +1092,13 @@ def test_a_view_asked_for_before_a_cancel_is_not_kept(jobs, monkeypatch):
 
     jobs.slurm = {"6": "RUNNING"}
 
-    async def slow(job_ids, timeout):
+    async def slow(job_ids, job_name, timeout):
         seen = {j: {None: {"state": jobs.slurm[j]}} for j in job_ids}
         await asyncio.sleep(0.05)  # the cancel comes meanwhile
         return seen, {}
 
-    async def cancel(user, ids, timeout):
-        jobs.slurm[ids[0]] = "CANCELLED"
+    async def cancel(user, job_id, job_name, timeout):
+        jobs.slurm[job_id] = "CANCELLED"
 
     monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", slow)
     monkeypatch.setattr(notebookjobs.slurm, "cancel", cancel)
@@ -1118,8 +1118,8 @@ def test_a_cancel_or_a_changed_record_is_asked_again(jobs):
 
     from portal import notebookjobs
 
-    async def cancel(user, ids, timeout):
-        jobs.slurm[ids[0]] = "CANCELLED"
+    async def cancel(user, job_id, job_name, timeout):
+        jobs.slurm[job_id] = "CANCELLED"
 
     jobs.slurm = {"5": "PENDING"}
     asyncio.run(jobs.with_states([job_record("5")]))
@@ -1139,7 +1139,7 @@ def test_a_failed_query_is_not_kept(jobs, monkeypatch):
     from portal import notebookjobs
     from portal.slurm.parse import SlurmError
 
-    async def broken(job_ids, timeout):
+    async def broken(job_ids, job_name, timeout):
         raise SlurmError("slurmdbd is down")
 
     monkeypatch.setattr(notebookjobs.slurm, "notebook_tasks", broken)

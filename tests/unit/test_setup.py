@@ -34,10 +34,18 @@ def test_sudoers_lets_the_hub_run_slurm_as_portal_users_and_the_helper_as_root()
     text = sudoers(SETTINGS)
     lines = text.splitlines()
     assert "Runas_Alias PORTAL_USERS = %portal-admins, %portal-users, !root" in lines
-    assert "Cmnd_Alias PORTAL_SLURM = /usr/bin/sbatch, /usr/bin/scancel" in lines
+    # scancel of one job, named as this hub's sessions or notebook jobs
+    assert (
+        "Cmnd_Alias PORTAL_SLURM = /usr/bin/sbatch, /usr/bin/scancel "
+        "^--name\\=(portal-jupyter|portal-jupyter-notebook) [0-9]{1,10}$" in lines
+    )
     assert (
         "Cmnd_Alias PORTAL_EXTEND = /usr/local/libexec/portal/portal-extend "
         "^[0-9]{1,10} [0-9]{1,6} [0-9]{1,6}$" in lines
+    )
+    assert (
+        "Cmnd_Alias PORTAL_SLURM_READ = /usr/local/libexec/portal/portal-slurm-read "
+        "^(squeue|scontrol|sacct) .+$" in lines
     )
     assert "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check" in lines
     assert "Cmnd_Alias PORTAL_NOTEBOOK = /usr/local/libexec/portal/portal-notebook" in lines
@@ -45,7 +53,7 @@ def test_sudoers_lets_the_hub_run_slurm_as_portal_users_and_the_helper_as_root()
         "Defaults:portal env_reset, !setenv, !lecture",
         "portal ALL = (PORTAL_USERS) NOPASSWD: PORTAL_SLURM, PORTAL_IMAGE_CHECK, PORTAL_NOTEBOOK",
         "portal ALL = (nobody) NOPASSWD: PORTAL_IMAGE_CHECK",
-        "portal ALL = (root) NOPASSWD: PORTAL_EXTEND",
+        "portal ALL = (root) NOPASSWD: PORTAL_EXTEND, PORTAL_SLURM_READ",
     ]
     assert text.endswith("\n")
 
@@ -96,7 +104,31 @@ def test_sudoers_follows_the_hub_account_and_groups():
     )
     text = sudoers(site)
     assert "Runas_Alias PORTAL_USERS = %ml, !root\n" in text
-    assert "jhub ALL = (root) NOPASSWD: PORTAL_EXTEND\n" in text
+    assert "jhub ALL = (root) NOPASSWD: PORTAL_EXTEND, PORTAL_SLURM_READ\n" in text
+
+
+def test_scancel_s_rule_names_every_registered_hub_s_jobs(tmp_path, monkeypatch):
+    """Hubs on one host (the demo's, the tests') share the sudoers file: its
+    scancel names each registered hub's sessions and notebook jobs, and a
+    name's dot is no wildcard."""
+    registry = tmp_path / "extend.d"
+    registry.mkdir()
+    for name in ("portal-jupyter", "lab.x"):
+        site = merge(SETTINGS, {"slurm": {"job_name": name}})
+        (registry / f"{name}.json").write_text(registration(site))
+    # the registrations' folder is root's alone on a host (here in /tmp)
+    monkeypatch.setattr(install.extendhelper, "check_root_folder", lambda folder, what: None)
+    if os.geteuid() != 0:
+        pytest.skip("registrations are read when root's alone")
+    names = install.registered_job_names(registry)
+    assert names == ["lab.x", "lab.x-notebook", "portal-jupyter", "portal-jupyter-notebook"]
+    line = [line for line in sudoers(SETTINGS, names).splitlines() if "scancel" in line][0]
+    assert line.endswith(
+        "/usr/bin/scancel ^--name\\=(lab[.]x|lab[.]x-notebook|portal-jupyter|"
+        "portal-jupyter-notebook) [0-9]{1,10}$"
+    )
+    with pytest.raises(SetupError, match=r"\[slurm\] job_name"):
+        install.cancel_args(["-x"])
 
 
 def test_the_registration_names_the_sessions_groups_and_uids():
@@ -113,7 +145,9 @@ def test_the_registration_names_the_sessions_groups_and_uids():
 
 def test_sudoers_names_slurm_s_commands_in_the_configured_folder():
     lines = sudoers(merge(SETTINGS, {"slurm": {"bin_dir": "/opt/slurm/bin"}})).splitlines()
-    assert "Cmnd_Alias PORTAL_SLURM = /opt/slurm/bin/sbatch, /opt/slurm/bin/scancel" in lines
+    assert "Cmnd_Alias PORTAL_SLURM = /opt/slurm/bin/sbatch, /opt/slurm/bin/scancel ^" in "\n".join(
+        lines
+    )
     assert not [line for line in lines if "/usr/bin/" in line]
 
 

@@ -120,7 +120,9 @@ async def test_submit_start_poll_stop_and_state(runner):
     # stop: scancel as the user, then the shared poll no longer lists the job
     await asyncio.wait_for(s.stop(), 10)
     scancel = next(argv for argv in runner.calls if commands.command("scancel") in argv)
-    assert scancel == ["sudo", "-n", "-u", ME, "--", commands.command("scancel"), "4242"]
+    assert scancel == [
+        "sudo", "-n", "-u", ME, "--", commands.command("scancel"), f"--name={s.job_name}", "4242"
+    ]  # fmt: skip
     assert await s.poll() == 1
     assert s.job_id == ""
 
