@@ -705,8 +705,11 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
     script = job_script(envs, hub_host, hub_port, envs["jupyter"])
     job_name = settings["slurm"]["job_name"] + JOB_SUFFIX
     job_slice = profile.make_slice(min(1, profile.max_gpus))
+    # held until the hub's account has looked: on a quiet cluster the job
+    # may start and end within a second, and squeue no longer lists it
     argv = slurm.sbatch_argv(job_slice, job_name=job_name, chdir="/",
-                             output=str(out_dir / "%j.out"), time_limit="1")  # fmt: skip
+                             output=str(out_dir / "%j.out"), time_limit="1",
+                             hold=True)  # fmt: skip
     done = _as_user(entry, argv, input=script)
     if done.returncode:
         return Result(FAIL, label, f"sbatch as {user}: {_said(done)[0]}",
@@ -714,6 +717,12 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
                       f"{partition} (its association, QOS and the partition's limits)")  # fmt: skip
     job_id = done.stdout.strip().split(";")[0]
     seen, why = hub_sees(settings, job_id)
+    released = _as_user(entry, slurm.release_argv(job_id))
+    if released.returncode:
+        asyncio.run(slurm.cancel_as_root([job_id], TIMEOUT))
+        return Result(FAIL, label, f"{user} cannot release their held job {job_id}: "
+                      f"{_said(released)[0]}", "let users release their own jobs "
+                      "(scontrol release)")  # fmt: skip
     wait = settings["check"]["wait_seconds"]
     state = _wait_ended(job_id, wait)
     if state:
