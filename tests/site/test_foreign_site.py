@@ -10,8 +10,9 @@ certificate checked against the site's CA: mlee and J.Smith log in, spawn
 on each GPU partition (a cell runs on that partition's node), J.Smith's
 request to a full partition shows its expected start while queued, a
 session is extended, stops and its job ends, and each runs a notebook job;
-a session stays running while the hub polls it under PrivateData; and
-``portal check`` prints only ``ok`` lines.
+a session stays running while the hub polls it under PrivateData; the
+hub's account can neither cancel nor change a job that is not the portal's;
+and ``portal check`` prints only ``ok`` lines.
 
 The ``site`` fixture is the booted, installed site (``site.login.run``,
 ``site.nodes``, ``site.portal_check()``, ``site.jobs()``, ``site.client()``)
@@ -383,6 +384,39 @@ def test_a_session_under_private_data_stays_running_while_the_hub_polls_it(site)
     assert job_of(site, "mlee", "v100")[0] == job[0]
     stop(mlee, "mlee")
     wait_for("mlee's job ended", lambda: jobs_ended(site, "mlee"), 30)
+
+
+def test_the_hub_s_account_cannot_cancel_or_change_a_job_that_is_not_the_portal_s(site):
+    """mlee's own job, of a name that is not the portal's: every way the hub's
+    account has on site1 fails or leaves it running, its limit as it was."""
+    hub, bin_dir = foreign.HUB_USER, foreign.SLURM_BIN
+    job = site.slurm("sbatch", "--parsable", "-p", "cpu", "-t", "5", "-J", "mlee-own", "-o",
+                     "/dev/null", "--chdir=/tmp", "--wrap", "sleep 300",
+                     user="mlee").stdout.strip()  # fmt: skip
+    try:
+        wait_for("mlee's own job running",
+                 lambda: site.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+                 == "RUNNING", 30)  # fmt: skip
+        update = [f"{bin_dir}/scontrol", "update", f"JobId={job}", "TimeLimit=60"]
+        for argv in ([f"{bin_dir}/scancel", job], update):  # by itself: Slurm refuses
+            assert site.login.run(argv, user=hub, check=False).returncode != 0, argv
+        sudo_mlee = ["sudo", "-n", "-u", "mlee", "--"]
+        for argv in ([f"{bin_dir}/scancel", job], update,
+                     [f"{bin_dir}/scancel", "--name=mlee-own", job]):  # fmt: skip
+            done = site.login.run([*sudo_mlee, *argv], user=hub, check=False)
+            assert done.returncode == 1 and "a password is required" in done.stderr, (argv, done)
+        for name in (JOB_NAME, NOTEBOOK_JOBS):  # sudo lets it through; scancel's filter does not
+            done = site.login.run([*sudo_mlee, f"{bin_dir}/scancel", f"--name={name}", job],
+                                  user=hub, check=False)  # fmt: skip
+            assert done.returncode == 0, (name, done)
+        extend = site.login.run(["sudo", "-n", "--", "/usr/local/libexec/portal/portal-extend",
+                                 job, "300", "1440"], user=hub, check=False)  # fmt: skip
+        assert extend.returncode == 1 and "is not a portal session" in extend.stderr, extend
+        time.sleep(2)
+        state = site.slurm("squeue", "-h", "-j", job, "-o", "%T %l").stdout.split()
+        assert state == ["RUNNING", "5:00"], state
+    finally:
+        site.slurm("scancel", job)
 
 
 def test_portal_check_prints_only_ok_lines(site):
