@@ -86,11 +86,12 @@ def site():
     installed = InstalledSite(extra_ro_binds=(str(deps),))
     began = time.monotonic()
     try:
-        installed.up()
+        installed.boot()
     except MachineError as e:
         installed.down()
         pytest.skip(f"systemd-nspawn cannot boot site1 here: {e}")
     try:
+        installed.configure()  # from here on, what goes wrong is an error
         installed.install_portal(deps)
         FIGURES.update(installed.figures)
         FIGURES["site up and the portal installed"] = f"{time.monotonic() - began:.0f} s"
