@@ -631,6 +631,11 @@ async def clusters(timeout, bin_dir=None):
     return await run(argv, timeout=timeout)
 
 
+async def release_as_root(job_ids, timeout):
+    """``scontrol release`` of held jobs, by root (``portal check``'s test jobs)."""
+    await run([command("scontrol"), "release", ",".join(job_ids)], timeout=timeout)
+
+
 async def cancel_as_root(job_ids, timeout):
     """scancel by root (the smoke test's and tests' clean-up)."""
     await run([command("scancel"), *job_ids], timeout=timeout)
