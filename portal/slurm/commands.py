@@ -318,7 +318,6 @@ def sbatch_argv(
     time_limit=None,
     test_only=False,
     array=0,
-    hold=False,
 ):
     """sbatch's whole command line for a session of ``job_slice``: every
     option the portal gives sbatch is here (the batch script has no
@@ -346,17 +345,12 @@ def sbatch_argv(
     same resources, submitting nothing::
 
         sbatch --test-only --nodes=1 ... --no-requeue --wrap=true
-
-    ``hold``: the job waits, held by its user, until ``release_argv``'s
-    command (portal check's test job: the hub's account looks for it first,
-    before a fast node runs it to its end and squeue forgets it).
     """
     if test_only:
         head, tail = ["--test-only"], ["--wrap=true"]
     else:
         head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", f"--output={output}"]
         head += [f"--array=0-{array - 1}"] if array else []
-        head += ["--hold"] if hold else []
         tail = []
     return [
         command("sbatch"),
@@ -372,12 +366,6 @@ def sbatch_argv(
         "--no-requeue",
         *tail,
     ]
-
-
-def release_argv(job_id):
-    """The command line that lets a job submitted with ``hold`` start (run
-    as the job's user, who may release their own hold)."""
-    return [command("scontrol"), "release", job_id]
 
 
 def resource_options(job_slice):
@@ -641,6 +629,11 @@ async def clusters(timeout, bin_dir=None):
     through slurmdbd: ``portal.health``), one name a line."""
     argv = [command("sacctmgr", bin_dir), "-n", "-P", "show", "cluster", "format=Cluster"]
     return await run(argv, timeout=timeout)
+
+
+async def release_as_root(job_ids, timeout):
+    """``scontrol release`` of held jobs, by root (``portal check``'s test jobs)."""
+    await run([command("scontrol"), "release", ",".join(job_ids)], timeout=timeout)
 
 
 async def cancel_as_root(job_ids, timeout):
