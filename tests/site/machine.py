@@ -113,7 +113,7 @@ def network_unit(address, prefix=24):
 def nspawn_argv(root, name, bridge, binds=(), ro_binds=()):
     """systemd-nspawn's command line: ``root`` booted as machine ``name``
     on ``bridge``, with the host's ``binds`` (read-write) and ``ro_binds``
-    (read-only), each at the same path.
+    (read-only), each at the same path, or at DST when given as ``SRC:DST``.
 
     >>> nspawn_argv("/m/root", "login2", "portal0", ["/home"], ["/opt/wheels"])
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -218,6 +218,27 @@ def ensure_root(packages=PACKAGES, log=print):
                 log(f"removing {old}, unused for {KEEP_DAYS} days")
                 shutil.rmtree(old, ignore_errors=True)
     return root
+
+
+# ---------------------------------------------------------------- a network of its own
+
+
+def ensure_bridge(name, address, prefix=24):
+    """The host's bridge ``name`` with ``address``/``prefix``, up: a network
+    of its own for machines that are not the demo's (tests/site/foreign.py).
+    True when it made it."""
+    if Path(f"/sys/class/net/{name}/bridge").is_dir():
+        return False
+    subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True)
+    subprocess.run(["ip", "address", "add", f"{address}/{prefix}", "dev", name], check=True)
+    subprocess.run(["ip", "link", "set", name, "up"], check=True)
+    return True
+
+
+def remove_bridge(name):
+    """The host's bridge ``name`` gone (nothing when there is none)."""
+    if Path(f"/sys/class/net/{name}/bridge").is_dir():
+        subprocess.run(["ip", "link", "delete", name, "type", "bridge"], check=True)
 
 
 # ---------------------------------------------------------------- processes
@@ -335,7 +356,8 @@ class Machine:
         if reason:
             raise MachineError(reason)
         if not Path(f"/sys/class/net/{self.bridge}/bridge").is_dir():
-            raise MachineError(f"no bridge {self.bridge}: start the demo cluster (make up)")
+            raise MachineError(f"no bridge {self.bridge}: start the demo cluster (make up), "
+                               "or make a network of its own (ensure_bridge)")  # fmt: skip
         if self.is_running():
             raise MachineError(f"machine {self.name} is already running: stop it first")
         lower = ensure_root(self.packages, self.log)

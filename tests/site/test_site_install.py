@@ -18,9 +18,6 @@ wheel's size, setup's lines, the time to a ready session, the seconds from
 SIGKILL to an answer, and ``systemd-analyze security`` of both units.
 """
 
-import asyncio
-import concurrent.futures
-import hashlib
 import re
 import shutil
 import socket
@@ -28,14 +25,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
 from portal import settings as site_settings
+from tests.site.install import (
+    CHP_ON_HOST,
+    DIST,
+    NGINX_TLS,
+    Resolved,
+    build_wheel,
+    ensure_dependencies,
+    install_chp,
+    install_nginx_site,
+    journal,
+    make_ca,
+    pin_xsrf,
+    pip_install,
+    run_cell,
+    wait_answering,
+)
 from tests.site.join import CA_IN_MACHINE, REPO, join_demo, stop_ldap_relay_if_unused
-from tests.site.machine import CACHE, PACKAGES, STATE, Machine, MachineError, why_not_here
+from tests.site.machine import PACKAGES, STATE, Machine, MachineError, why_not_here
 from tests.site.snapshot import differences, snapshot
 from tests.support import kernelcells
 from tests.support.hubclient import HubClient
@@ -50,10 +62,8 @@ USER = "alice"
 # hub's cookies for .HOST.
 PUBLIC = f"{NAME}.example"
 # What a site installs before the portal: Node.js from Debian, for
-# configurable-http-proxy (copied from this host: npm is not reachable inside).
+# configurable-http-proxy (tests/site/install.py).
 SITE_PACKAGES = (*PACKAGES, "nodejs")
-CHP_ON_HOST = Path("/usr/lib/node_modules/configurable-http-proxy")
-CHP_IN_MACHINE = "/usr/local/lib/node_modules/configurable-http-proxy"
 VENV = "/opt/dsportal"
 # The portal's ports in the machine, none of the demo's (8000, 8001, 8081,
 # 10101) nor the tests' (18000+) or the helpers' (19000-19400).
@@ -61,32 +71,12 @@ PORT = 8100
 JOB_NAME = "portal-site"
 ETC_PORTAL = "/etc/portal"
 SITE_TOML = f"{ETC_PORTAL}/portal.toml"
-NGINX_TLS = "/etc/nginx/tls"
-# The built dsportal wheel (each run anew) and its dependencies' wheels (a
-# cache keyed by deploy/requirements-hub.txt), both seen read-only inside.
-DIST = STATE.parent / "dist"
-REQUIREMENTS = REPO / "deploy" / "requirements-hub.txt"
-HUB_PYTHON = "/opt/portal/envs/hub/bin/python"
 SECURITY = re.compile(r"Overall exposure level for (\S+): ([0-9.]+) (\w+)")
 
 FIGURES = {}
 
 
 # ---------------------------------------------------------------- pure
-
-
-def hub_requirements(text):
-    """The hub's pinned requirements, without the tests' tools (the part
-    of requirements-hub.txt before its ``# tests`` line).
-
-    >>> hub_requirements("# the hub\\njupyterhub==6.1.1\\n\\n# tests\\npytest==9\\n")
-    ['jupyterhub==6.1.1']
-    """
-    return [
-        line.strip()
-        for line in text.split("\n# tests", 1)[0].splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
 
 
 def site_settings_toml(address, ldap_host, ldap_port, state_dir="/var/lib/portal/hub"):
@@ -138,119 +128,6 @@ display_name = "PyTorch"
 environment = "pytorch"
 max_gpus = 4
 """
-
-
-NGINX_SITE = f"""# The site's web server in front of the portal (tests/site/test_site_install.py)
-map $http_upgrade $connection_upgrade {{
-    default upgrade;
-    ''      close;
-}}
-server {{
-    listen 443 ssl;
-    server_name {PUBLIC} *.{PUBLIC};
-    ssl_certificate {NGINX_TLS}/{PUBLIC}.crt;
-    ssl_certificate_key {NGINX_TLS}/{PUBLIC}.key;
-    location / {{
-        proxy_pass http://127.0.0.1:{PORT};
-        proxy_set_header Host $http_host;
-        proxy_set_header X-Real-IP $remote_addr;
-        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-        proxy_set_header X-Forwarded-Proto $scheme;
-        proxy_http_version 1.1;
-        proxy_set_header Upgrade $http_upgrade;
-        proxy_set_header Connection $connection_upgrade;
-        proxy_buffering off;
-        proxy_read_timeout 1d;
-    }}
-}}
-"""
-
-
-# ---------------------------------------------------------------- the host's side
-
-
-def build_wheel(log=print):
-    """The dsportal wheel, built from this checkout's files (tracked and
-    new, as git lists them: no build/ leftovers), in DIST; its path."""
-    DIST.mkdir(mode=0o755, parents=True, exist_ok=True)
-    for old in DIST.iterdir():  # emptied, not made anew: a machine may see it bound
-        old.unlink()
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                           capture_output=True, check=True).stdout.decode().split("\0")  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in filter(None, files):
-            source = REPO / name
-            if source.is_file():
-                (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, Path(tmp) / name)
-        subprocess.run([HUB_PYTHON, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(DIST),
-                        tmp], check=True, capture_output=True)  # fmt: skip
-    [wheel] = DIST.glob("dsportal-*.whl")
-    log(f"built {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB")
-    return wheel
-
-
-def ensure_dependencies(log=print):
-    """The wheels of the hub's dependencies, at the versions
-    deploy/requirements-hub.txt pins, from PyPI once per content of that
-    file: CACHE/wheels-KEY (pip wheel also builds any sdist)."""
-    text = REQUIREMENTS.read_text()
-    folder = CACHE / f"wheels-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    if folder.is_dir():
-        return folder
-    work = folder.with_name(f".{folder.name}.new")
-    shutil.rmtree(work, ignore_errors=True)
-    log(f"downloading the hub's dependencies into {folder}")
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as reqs:
-        reqs.write("\n".join(hub_requirements(text)) + "\n")
-        reqs.flush()
-        done = subprocess.run([HUB_PYTHON, "-m", "pip", "wheel", "-q", "-w", str(work), "-r",
-                               reqs.name], capture_output=True, text=True)  # fmt: skip
-    if done.returncode:
-        shutil.rmtree(work, ignore_errors=True)
-        raise MachineError(f"pip wheel of the hub's requirements failed: {done.stderr[-2000:]}")
-    work.rename(folder)
-    return folder
-
-
-def make_ca(folder, name):
-    """A small CA and a certificate for ``name`` and ``*.name`` signed by it
-    (the site's own web certificate), in ``folder``: ca.crt, NAME.crt, NAME.key."""
-    folder = Path(folder)
-
-    def openssl(*args):
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-            "/CN=Site test CA", "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
-            f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
-    names = f"DNS:{name},DNS:*.{name}"  # the hub's host and the users' (NAME.HOST)
-    (folder / "ext").write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "ext", "-out", f"{name}.crt")  # fmt: skip
-    return folder
-
-
-class Resolved:
-    """NAME and every name under it resolve to the machine's address in this
-    process (the browser's side), as a site's wildcard DNS would say:
-    requests and tornado both ask socket.getaddrinfo."""
-
-    def __init__(self, name, address):
-        self.name, self.address = name, address
-        self._real = socket.getaddrinfo
-
-    def __enter__(self):
-        def getaddrinfo(host, *args, **kwargs):
-            ours = host == self.name or str(host).endswith(f".{self.name}")
-            return self._real(self.address if ours else host, *args, **kwargs)
-
-        socket.getaddrinfo = getaddrinfo
-        return self
-
-    def __exit__(self, *exc):
-        socket.getaddrinfo = self._real
 
 
 # ---------------------------------------------------------------- the machine's side
@@ -320,17 +197,10 @@ def install_prerequisites(node, ca, address):
     """What the site sets up by hand: configurable-http-proxy in
     /usr/local, its web certificate and nginx on 443 in front of the
     portal's proxy, and the portal's settings."""
-    shutil.copytree(CHP_ON_HOST, node.root / CHP_IN_MACHINE.lstrip("/"), symlinks=True)
-    node.run(["ln", "-sf", f"{CHP_IN_MACHINE}/bin/configurable-http-proxy",
-              "/usr/local/bin/configurable-http-proxy"])  # fmt: skip
-    node.run(["mkdir", "-p", NGINX_TLS, f"{ETC_PORTAL}/tls"])
-    node.write(f"{NGINX_TLS}/{PUBLIC}.crt", (ca / f"{PUBLIC}.crt").read_text())
-    node.write(f"{NGINX_TLS}/{PUBLIC}.key", (ca / f"{PUBLIC}.key").read_text(), mode="0600")
+    install_chp(node)
+    install_nginx_site(node, PUBLIC, PORT, ca, who="tests/site/test_site_install.py")
+    node.run(["mkdir", "-p", f"{ETC_PORTAL}/tls"])
     node.write(f"{ETC_PORTAL}/tls/site-ca.crt", (ca / "ca.crt").read_text())
-    node.write("/etc/nginx/sites-available/portal", NGINX_SITE)
-    node.run(["ln", "-sf", "/etc/nginx/sites-available/portal", "/etc/nginx/sites-enabled/"])
-    node.run(["nginx", "-t"])
-    node.run(["systemctl", "reload", "nginx"])
     ldap = site_settings.load()["ldap"]
     node.write(SITE_TOML, site_settings_toml(address, socket.gethostname(),
                                              ldap["server_port"]))  # fmt: skip
@@ -368,42 +238,6 @@ def browser(site):
         yield site
 
 
-def wait_answering(site, path="/hub/login", timeout=60):
-    """Seconds until ``path`` answers 200 through nginx."""
-    began = time.monotonic()
-    last = None
-    while time.monotonic() - began < timeout:
-        try:
-            r = site.get(path)
-            if r.status_code == 200:
-                return time.monotonic() - began
-            last = r.status_code
-        except requests.RequestException as e:
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"{path} not answering through nginx after {timeout} s: {last}")
-
-
-def pin_xsrf(client):
-    """HubClient's API calls with the hub's latest _xsrf cookie in their
-    header: the hub's own (on NAME, not on a session's host), whatever its path."""
-    ours = [c for c in client.session.cookies if c.name == "_xsrf" and c.domain == PUBLIC]
-    assert ours, [(c.name, c.domain, c.path) for c in client.session.cookies]
-    token = ours[-1].value
-
-    def api(method, path, **kwargs):
-        headers = {**kwargs.pop("headers", {}), "X-XSRFToken": token}
-        kwargs.setdefault("timeout", 30)
-        url = client.url("/hub/api" + path)
-        return client.session.request(method, url, headers=headers, **kwargs)
-
-    client.api = api
-
-
-def journal(node, unit, lines=60):
-    return node.run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager"], check=False).stdout
-
-
 def our_jobs():
     out = subprocess.run(["squeue", "--noheader", f"--name={JOB_NAME}", "--format=%i %u %T"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
@@ -415,12 +249,7 @@ def our_jobs():
 
 def test_the_wheel_installs_with_pip_into_a_new_venv(browser):
     node = browser.node
-    node.run(["python3", "-m", "venv", VENV])
-    began = time.monotonic()
-    node.run([f"{VENV}/bin/pip", "install", "--no-index", "--find-links", str(DIST),
-              "--find-links", str(browser.deps), "--quiet", "--no-cache-dir", "dsportal"],
-             timeout=600)  # fmt: skip
-    FIGURES["pip install"] = f"{time.monotonic() - began:.0f} s"
+    FIGURES["pip install"] = f"{pip_install(node, VENV, browser.deps):.0f} s"
     shown = node.run([f"{VENV}/bin/pip", "show", "dsportal"]).stdout
     assert "Version: 0.1.0" in shown
     # no checkout: the hub's configuration and the templates come from the venv
@@ -472,7 +301,7 @@ def test_alice_starts_a_session_and_runs_a_cell(browser, accounts):
     # the home page, as a browser lands on it: its _xsrf cookie is the logged-in user's
     home = client.session.get(client.url("/hub/home"), timeout=30)
     assert home.status_code == 200, home.status_code
-    pin_xsrf(client)
+    pin_xsrf(client, PUBLIC)
     began = time.monotonic()
     r = client.api("POST", f"/users/{USER}/server", json={"profile": "pytorch", "gpus": 1})
     cookies = [(c.name, c.domain, c.path) for c in client.session.cookies]
@@ -501,15 +330,6 @@ def test_alice_starts_a_session_and_runs_a_cell(browser, accounts):
     assert status == "ok", printed
     answer, host = printed.split()
     assert answer == "42" and host != NAME  # on a compute node
-
-
-def run_cell(server_url, token, code):
-    """``kernelcells.run_in_session``, in a loop of its own on a thread of
-    its own: in the whole suite another test's event loop may be running
-    in this thread (pytest-asyncio's session loop), where asyncio.run fails."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        cell = kernelcells.run_in_session(server_url, token, code)
-        return pool.submit(asyncio.run, cell).result()
 
 
 def test_the_hub_killed_runs_again_within_10_s_and_the_session_still_works(browser):

@@ -165,7 +165,7 @@ def test_the_sessions_tls_files_are_the_users_alone_in_the_jobs_tmp(tmp_path):
     script = render(tls=TLS)
     part = "# Jupyter's runtime folder" + script.split("# Jupyter's runtime folder", 1)[1]
     part = part.split("# Landing folder", 1)[0].replace(
-        "node=${SLURMD_NODENAME:-$(hostname -s)}", "node=localhost"
+        "node=${SLURMD_NODENAME:-$(hostname -s)}", GETENT + "node=n1"
     )
     show = 'echo "$JUPYTERHUB_SSL_KEYFILE $JUPYTERHUB_SSL_CERTFILE $JUPYTERHUB_SSL_CLIENT_CA"'
     out = subprocess.run(
@@ -184,6 +184,31 @@ def test_the_sessions_tls_files_are_the_users_alone_in_the_jobs_tmp(tmp_path):
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
     assert {oct(f.stat().st_mode & 0o777) for f in (key, cert, ca)} == {"0o600"}
     assert out[1].startswith("https://") and out[1].endswith(":0/u/")
+
+
+# getent as a Debian node answers for its own name: /etc/hosts's 127.0.1.1
+# line first, then the cluster address (DNS or a later line).
+GETENT = """getent() {
+    printf '%s\\n' "127.0.1.1       STREAM n1" "127.0.1.1       DGRAM" "10.200.0.2      STREAM"
+}
+"""
+
+
+def address_part(script):
+    return script.split("node=${SLURMD_NODENAME:-$(hostname -s)}\n", 1)[1].split("\nexport ")[0]
+
+
+def test_the_server_listens_on_the_cluster_address_not_debians_127_0_1_1():
+    part = address_part(render(tls=None))
+    out = subprocess.run(["bash", "-ec", GETENT + "node=n1\n" + part + '\necho "$address"'],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out == "10.200.0.2\n"
+    # a name that resolves to loopback alone: the job says so and ends
+    only_loopback = "getent() { echo '127.0.1.1 STREAM n1'; }\n"
+    done = subprocess.run(["bash", "-ec", only_loopback + "node=n1\n" + part],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1
+    assert "n1 does not resolve to an IPv4 address other than loopback" in done.stderr
 
 
 def test_without_internal_tls_no_file_and_plain_http():

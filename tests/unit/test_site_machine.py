@@ -5,11 +5,13 @@ import doctest
 
 import pytest
 
-from tests.site import join, machine, snapshot
+from tests.site import foreign, install, join, machine, snapshot
 from tests.site.machine import root_key
 
 
-@pytest.mark.parametrize("module", [machine, join, snapshot], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [machine, join, snapshot, install, foreign], ids=lambda m: m.__name__
+)
 def test_doctests(module):
     assert doctest.testmod(module).failed == 0
 
