@@ -312,7 +312,7 @@ def partition_parts(settings):
         if asked > 0 and most == 0:
             results.append(Result(FAIL, label, f"no GPUs (profiles {used_by} ask up to {asked})",
                                   "give its nodes Gres=gpu:... in slurm.conf and gres.conf, or "
-                                  "set those profiles' max_gpus to 0"))  # fmt: skip
+                                  "move those profiles to a partition with GPUs"))  # fmt: skip
         elif asked > most:
             results.append(Result(WARN, label, f"{detail}; profiles {used_by} allow {asked}",
                                   f"set their max_gpus to at most {most}"))  # fmt: skip
@@ -665,7 +665,9 @@ def _hub_sees_main(job_id):
     return 0 if job_id in seen else 1
 
 
-def job_parts(settings):
+def job_parts(settings, broken=()):
+    """A test job on each profile's partition but the ``broken`` ones (a
+    FAIL above already: a job there would fail or wait for nothing)."""
     user = settings["check"]["user"]
     if not user:
         fix = "set [check] user to an account of an allowed group, kept for this"
@@ -677,7 +679,7 @@ def job_parts(settings):
                        "set [check] user to an account of an allowed group")]  # fmt: skip
     partitions = {}  # partition -> the first profile on it: its smallest session's slice
     for profile in profiles_of(settings):
-        if profile.enabled:
+        if profile.enabled and profile.partition not in broken:
             partitions.setdefault(profile.partition, profile)
     listen, reach, port = hub_api_address(settings)
     listener = None
@@ -753,8 +755,8 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
         hidden = private_data(config)
         return Result(FAIL, label, f"the hub's account ({settings['hub']['user']}) does not see "
                       f"{user}'s job {job_id} ({why}; PrivateData={','.join(hidden) or 'none'})",
-                      "run portal setup (the hub reads jobs through portal-slurm-read under "
-                      "PrivateData), or keep jobs out of PrivateData")  # fmt: skip
+                      '[slurm] private_data = "auto" and portal setup: the hub then reads its '
+                      "jobs through portal-slurm-read where PrivateData hides them")  # fmt: skip
     output = out_dir / f"{job_id}.out"
     try:
         seen = parse_job_output(output.read_text(errors="replace"))
@@ -801,7 +803,11 @@ def checks(settings):
     slurm.use_bin_dir(settings["slurm"]["bin_dir"])
     yield from prerequisites(settings)
     yield from slurm_parts(settings)
-    yield from partition_parts(settings)
+    broken = set()
+    for result in partition_parts(settings):
+        if result.mark == FAIL and result.name.startswith("partition "):
+            broken.add(result.name.removeprefix("partition "))
+        yield result
     groups = group_members(settings)
     yield from group_parts(settings, groups)
     yield from association_parts(settings, groups)
@@ -811,7 +817,7 @@ def checks(settings):
     yield database_part(settings)
     yield from certificate_part(settings)
     yield mail_part(settings)
-    yield from job_parts(settings)
+    yield from job_parts(settings, broken)
 
 
 def run(settings, out=print):

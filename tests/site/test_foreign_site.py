@@ -428,6 +428,77 @@ def test_portal_check_prints_only_ok_lines(site):
     assert lines[-1] == "portal check: every check passed" and rc == 0, lines
 
 
+# ---------------------------------------------------------------- faults
+# What a demo cluster cannot take without breaking the other tests, made
+# live on site1 one at a time, each undone after (the others:
+# tests/integration/test_check.py). Each gives FAIL lines naming it, with
+# their fix, and exit 1.
+
+
+def check_failures(site):
+    rc, lines = site.portal_check()
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert rc == 1 and lines[-1] == f"portal check: {len(failed)} failed", lines
+    return failed
+
+
+def test_fault_the_partition_s_gpus_gone(site):
+    site.slurm("scontrol", "update", "NodeName=a100-n1", "Gres=gpu:a100:0")
+    try:
+        failed = check_failures(site)
+    finally:  # slurmctld takes the node's GRES from slurm.conf again as it starts
+        site.login.run(["systemctl", "restart", "slurmctld"])
+
+        def back():
+            shown = site.slurm("sinfo", "-h", "-N", "-n", "a100-n1", "-o", "%G %t", check=False)
+            return {tuple(line.split()) for line in shown.stdout.splitlines()} == {
+                ("gpu:a100:2", "idle")
+            }
+
+        wait_for("a100-n1 back, idle, with its GPUs", back, 90)
+    assert failed == [
+        "FAIL partition a100: no GPUs (profiles vision-a100 ask up to 2); fix: give its nodes "
+        "Gres=gpu:... in slurm.conf and gres.conf, or move those profiles to a partition with GPUs"
+    ], failed  # and no test job waits on it
+
+
+def test_fault_private_data_hides_the_jobs_from_a_hub_without_the_helper(site):
+    kept = f"{foreign.SITE_TOML}.kept"
+    site.login.run(["cp", "-p", foreign.SITE_TOML, kept])
+    try:  # the hub's own reads, as before the read helper
+        site.login.run(["sed", "-i", r's/^\[slurm\]$/[slurm]\nprivate_data = "direct"/',
+                        foreign.SITE_TOML])  # fmt: skip
+        failed = check_failures(site)
+    finally:
+        site.login.run(["mv", kept, foreign.SITE_TOML])
+    assert failed[0] == (
+        'FAIL PrivateData: hides other users\' jobs, and [slurm] private_data = "direct": the '
+        'hub would not see its sessions; fix: set [slurm] private_data = "auto" and run portal '
+        "setup"
+    ), failed
+    for partition, line in zip(("a100", "v100"), failed[1:], strict=True):
+        said = (f"FAIL test job on {partition}: the hub's account ({foreign.HUB_USER}) does not "
+                f"see {foreign.CHECK_USER}'s job ")  # fmt: skip
+        assert line.startswith(said), line
+        assert "PrivateData=jobs,usage" in line and "portal-slurm-read" in line, line
+
+
+def test_fault_the_environments_unmounted_on_a_node(site):
+    node = site.nodes["a100-n1"]
+    node.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", foreign.ENVS])  # over the bind
+    try:
+        failed = check_failures(site)
+    finally:
+        node.run(["umount", foreign.ENVS])
+    assert len(failed) == 1, failed
+    said = (f"FAIL test job on a100: on a100-n1: not found: jupyter (missing {foreign.ENVS}"
+            "/envs/jupyter/bin/python), launcher ")  # fmt: skip
+    assert failed[0].startswith(said), failed
+    assert failed[0].endswith(f"fix: mount the environments ([envs] prefix {foreign.ENVS}) on "
+                              "every node of a100"), failed  # fmt: skip
+    assert node.run(["test", "-x", f"{foreign.ENVS}/envs/jupyter/bin/python"]).returncode == 0
+
+
 def test_zz_figures(site):
     """What the suite measured (shown with pytest -s)."""
     print("\n---- the foreign site's figures ----", file=sys.stderr)
