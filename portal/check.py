@@ -752,9 +752,9 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
                       "run portal check when the partition has a free node")  # fmt: skip
     if not seen:
         config = _run([slurm.command("scontrol"), "show", "config"]).stdout
-        hidden = private_data(config)
+        hidden = ",".join(sorted(private_data(config))) or "none"
         return Result(FAIL, label, f"the hub's account ({settings['hub']['user']}) does not see "
-                      f"{user}'s job {job_id} ({why}; PrivateData={','.join(hidden) or 'none'})",
+                      f"{user}'s job {job_id} ({why}; PrivateData={hidden})",
                       '[slurm] private_data = "auto" and portal setup: the hub then reads its '
                       "jobs through portal-slurm-read where PrivateData hides them")  # fmt: skip
     output = out_dir / f"{job_id}.out"

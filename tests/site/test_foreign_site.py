@@ -420,6 +420,17 @@ def test_the_hub_s_account_cannot_cancel_or_change_a_job_that_is_not_the_portal_
         site.slurm("scancel", job)
 
 
+def test_portal_setup_ends_with_portal_check_before_the_hub_runs(site):
+    """setup's own check, before the units started: the test jobs reached
+    the hub's API port where portal check itself listened."""
+    rc, lines = site.setup_check
+    checks = [line for line in lines if line.startswith(("ok", "WARN", "FAIL"))]
+    assert rc == 0 and lines[-1] == "portal check: every check passed", lines
+    assert checks and all(line.startswith("ok") for line in checks), lines
+    jobs = [line for line in checks if line.startswith("ok   test job on ")]
+    assert len(jobs) == 2 and all("hub's API reached" in line for line in jobs), jobs
+
+
 def test_portal_check_prints_only_ok_lines(site):
     rc, lines = site.portal_check()
     FIGURES["portal check"] = lines
