@@ -757,14 +757,15 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
                       f"{user}'s job {job_id} ({why}; PrivateData={hidden})",
                       '[slurm] private_data = "auto" and portal setup: the hub then reads its '
                       "jobs through portal-slurm-read where PrivateData hides them")  # fmt: skip
-    output = out_dir / f"{job_id}.out"
-    try:
-        seen = parse_job_output(output.read_text(errors="replace"))
-    except OSError as e:
-        return Result(FAIL, label, f"job {job_id} left no output ({e})",
+    # read and removed as the check user: its home is its own, and root
+    # follows no link a user may have left there
+    output = str(out_dir / f"{job_id}.out")
+    done = _as_user(entry, ["cat", "--", output])
+    _as_user(entry, ["rm", "-f", "--", output])
+    if done.returncode:
+        return Result(FAIL, label, f"job {job_id} left no output ({_said(done)[0]})",
                       "the nodes must share the users' homes")  # fmt: skip
-    finally:
-        output.unlink(missing_ok=True)
+    seen = parse_job_output(done.stdout)
     node = seen.get("node", "?")
     missing = [f"{k[4:]} ({v})" for k, v in seen.items() if k.startswith("env ") and v != "ok"]
     if missing or len([k for k in seen if k.startswith("env ")]) < len(envs):

@@ -32,6 +32,8 @@ def test_the_hub_looks_for_the_job_before_it_is_released(tmp_path, monkeypatch):
             out.write_text("portal-check: node a100-n1\nportal-check: env jupyter ok\n"
                            "portal-check: env launcher ok\nportal-check: hub ok\n")  # fmt: skip
             return subprocess.CompletedProcess(argv, 0, "42\n", "")
+        if argv[0] in ("cat", "rm"):  # the output, read and removed as the check user
+            return subprocess.run(argv, capture_output=True, text=True)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     def hub_sees(settings, job_id):
@@ -53,3 +55,5 @@ def test_the_hub_looks_for_the_job_before_it_is_released(tmp_path, monkeypatch):
     assert "--hold" in submitted
     order = [c[:2] for c in calls if c[0] != "user"]
     assert order == [("hub sees", "42"), ("release", "42")], order
+    assert ("user", ["cat", "--", f"{tmp_path}/.portal/check/42.out"]) in calls
+    assert not (tmp_path / ".portal" / "check" / "42.out").exists()
