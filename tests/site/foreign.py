@@ -106,7 +106,7 @@ NODE_CPUS, NODE_MEM_MB, NODE_GPUS = 8, 16000, 2
 
 HEAD_PACKAGES = (*PACKAGES, "slurmctld", "slurmdbd", "mariadb-server", "slapd", "postgresql",
                  "nodejs", "exim4-daemon-light")  # fmt: skip
-NODE_PACKAGES = (*PACKAGES, "slurmd")
+NODE_PACKAGES = (*PACKAGES, "slurmd", "nftables")  # a node's own firewall
 
 PLUGINS = {
     "ProctrackType": "proctrack/linuxproc",

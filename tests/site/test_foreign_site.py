@@ -510,6 +510,26 @@ def test_fault_the_environments_unmounted_on_a_node(site):
     assert node.run(["test", "-x", f"{foreign.ENVS}/envs/jupyter/bin/python"]).returncode == 0
 
 
+def test_fault_the_hub_s_api_unreachable_from_a_node(site):
+    """a100-n1's own firewall rejects what it sends to the hub's API port
+    (and nothing else: slurmd still reaches slurmctld on the same host)."""
+    node, address, port = site.nodes["a100-n1"], site.login.address, foreign.PORT + 81
+    api = f"{address}:{port}"
+    rules = (f"table inet portal_fault {{\n chain out {{\n  type filter hook output priority 0\n"
+             f"  ip daddr {address} tcp dport {port} reject\n }}\n}}\n")  # fmt: skip
+    node.run(["nft", "-f", "-"], input=rules)
+    try:
+        failed = check_failures(site)
+    finally:
+        node.run(["nft", "delete", "table", "inet", "portal_fault"])
+    assert len(failed) == 1, failed
+    assert failed[0].startswith(f"FAIL test job on a100: on a100-n1: the hub's API {api} "
+                                "unreachable "), failed  # fmt: skip
+    fix = ("fix: let the nodes reach the login node on [hub] api_port (firewall), and set "
+           "[hub] connect_ip to an address they reach")  # fmt: skip
+    assert failed[0].endswith(fix), failed
+
+
 def test_zz_figures(site):
     """What the suite measured (shown with pytest -s)."""
     print("\n---- the foreign site's figures ----", file=sys.stderr)
