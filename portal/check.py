@@ -738,6 +738,10 @@ def _test_job(settings, user, entry, profile, hub_host, hub_port):
                       f"let {user} run profile {profile.name}'s smallest session on "
                       f"{partition} (its association, QOS and the partition's limits)")  # fmt: skip
     job_id = done.stdout.strip().split(";")[0]
+    if not re.fullmatch(r"[1-9][0-9]{0,9}", job_id, re.ASCII):
+        # the user's sbatch said it: root releases and cancels this id
+        return Result(FAIL, label, f"sbatch as {user} gave no job id: {job_id[:40]!r}",
+                      "see the sbatch of [slurm] bin_dir")  # fmt: skip
     seen, why = hub_sees(settings, job_id)
     try:
         asyncio.run(slurm.release_as_root([job_id], TIMEOUT))

@@ -92,3 +92,27 @@ def test_the_output_is_read_and_removed_as_the_user_not_root(tmp_path, monkeypat
     assert "Permission denied" in result.line()
     assert ["head", "-c", str(check.OUTPUT_MOST), "--", str(out)] in calls
     assert ["rm", "-f", "--", str(out)] in calls
+
+
+def test_root_releases_nothing_but_one_job_id_sbatch_gave(tmp_path, monkeypatch):
+    """Root releases and cancels the id the user's sbatch printed: a list
+    of ids there ("42,43": another user's job) is refused, nothing released."""
+    released = []
+
+    def as_user(entry, argv, **kwargs):
+        out = "42,43\n" if argv[0].endswith("sbatch") else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    async def release_as_root(job_ids, timeout):
+        released.extend(job_ids)
+
+    monkeypatch.setattr(check, "_as_user", as_user)
+    monkeypatch.setattr(check.slurm, "release_as_root", release_as_root)
+    monkeypatch.setattr(check, "hub_sees", lambda settings, job_id: (True, "listed"))
+    monkeypatch.setattr(check, "_wait_ended", lambda job_id, wait: "")
+    entry = SimpleNamespace(pw_dir=str(tmp_path), pw_uid=1234400004, pw_gid=1234400004)
+    result = check._test_job(SETTINGS, "hpccheck", entry, PROFILE, "hpc-login", 8281)
+
+    assert result.mark == check.FAIL, result.line()
+    assert "no job id" in result.line()
+    assert released == []
