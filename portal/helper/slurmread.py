@@ -211,16 +211,30 @@ def read(argv, system):
     if named:
         hub = names[named[0].split(",")[0]]
         return system.slurm(hub.bin_dir, *argv)
-    # scontrol show job -d ID: a job of the portal's, as root's squeue filters it
+    # scontrol show job -d ID: a job of the portal's, as root's squeue filters
+    # it, and of a user in the uids of the hub whose name it has (any user
+    # may name a job as the portal's: one outside the portal stays hidden)
     job_id = argv[words.index("ID")]
     for bin_dir in system.folders():
         listed = system.slurm(
-            bin_dir, "squeue", "-h", "-j", job_id, "--name", ",".join(sorted(names)), "-o", "%i"
-        )
-        if job_id not in listed.split():
+            bin_dir, "squeue", "-h", "-j", job_id, "--name", ",".join(sorted(names)),
+            "-o", "%i|%U|%j",
+        )  # fmt: skip
+        if not any(_portal_job(line, job_id, names) for line in listed.splitlines()):
             raise Refused(f"job {job_id} is none of the portal's jobs")
         return system.slurm(bin_dir, *argv)
     raise Refused(f"no hub registered a folder of Slurm's commands in {system.registry}")
+
+
+def _portal_job(line, job_id, names):
+    """Whether root's squeue ``line`` (``%i|%U|%j``) is job ``job_id``, named
+    as a registered hub's, of a user whose uid that hub registered."""
+    listed_id, _, rest = line.strip().partition("|")
+    uid, _, name = rest.partition("|")
+    hub = names.get(name)
+    if listed_id != job_id or hub is None or not uid.isascii() or not uid.isdigit():
+        return False
+    return hub.uid_min <= int(uid) <= hub.uid_max
 
 
 def main(argv=None, system=None):

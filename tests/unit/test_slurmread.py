@@ -232,20 +232,22 @@ class FakeSystem:
 
     registry = "/etc/portal/extend.d"
 
-    def __init__(self, listed="7\n"):
+    def __init__(self, listed=(("7", "20001", SESSION),)):  # root's squeue: id, uid, name
         self.ran = []
         self.listed = listed
 
     def hubs(self):
-        return [SimpleNamespace(job_name=SESSION, bin_dir=BIN_DIR)]
+        return [SimpleNamespace(job_name=SESSION, bin_dir=BIN_DIR, uid_min=10000, uid_max=60000)]
 
     def folders(self):
         return [BIN_DIR]
 
     def slurm(self, bin_dir, *argv):
         self.ran.append((bin_dir, list(argv)))
-        if argv[0] == "squeue" and "%i" in argv:
-            return self.listed
+        if argv[0] == "squeue" and argv[-2] == "-o" and argv[-1].startswith("%i"):
+            fields = {"%i": 0, "%U": 1, "%j": 2}
+            columns = [fields[f] for f in argv[-1].split("|")]
+            return "".join("|".join(job[c] for c in columns) + "\n" for job in self.listed)
         if argv[0] == "squeue" and "-j" in argv and argv[argv.index("-j") + 1] == "99":
             raise extend.Refused("squeue failed: slurm_load_jobs error: Invalid job id specified")
         return "out\n"
@@ -262,11 +264,32 @@ def test_scontrol_shows_a_job_only_when_root_s_squeue_lists_it_under_the_portal_
     system = FakeSystem()
     assert read(["scontrol", "show", "job", "-d", "7"], system) == "out\n"
     names = f"{SESSION},{SESSION}-check,{NOTEBOOK}"
-    assert system.ran[0] == (BIN_DIR, ["squeue", "-h", "-j", "7", "--name", names, "-o", "%i"])
-    other = FakeSystem(listed="")
+    assert system.ran[0] == (
+        BIN_DIR, ["squeue", "-h", "-j", "7", "--name", names, "-o", "%i|%U|%j"]
+    )  # fmt: skip
+    other = FakeSystem(listed=())
     with pytest.raises(Refused, match="job 8 is none of the portal's jobs"):
         read(["scontrol", "show", "job", "-d", "8"], other)
     assert [argv[0] for _, argv in other.ran] == ["squeue"]  # scontrol never ran
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        ("7", "0", SESSION),  # root's job named as the portal's sessions
+        ("7", "999", f"{SESSION}-check"),  # a system account's, below uid_min
+        ("7", "60001", SESSION),  # above uid_max
+        ("17", "20001", SESSION),  # another job
+    ],
+)
+def test_scontrol_shows_no_job_of_a_user_outside_the_hub_s_uids(listed):
+    """Any Slurm user may name a job as the portal's; under PrivateData its
+    details (command, folder, comment) stay hidden unless its user is one of
+    the hub's (the registration's uid_min..uid_max)."""
+    system = FakeSystem(listed=[listed])
+    with pytest.raises(Refused, match="job 7 is none of the portal's jobs"):
+        read(["scontrol", "show", "job", "-d", "7"], system)
+    assert [argv[0] for _, argv in system.ran] == ["squeue"]
 
 
 def test_refusals_and_slurm_s_failures_are_one_line_and_their_exit_status(capsys):
