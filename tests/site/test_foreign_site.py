@@ -514,7 +514,7 @@ def test_fault_the_hub_s_api_unreachable_from_a_node(site):
     """a100-n1's own firewall rejects what it sends to the hub's API port
     (and nothing else: slurmd still reaches slurmctld on the same host)."""
     node, address, port = site.nodes["a100-n1"], site.login.address, foreign.PORT + 81
-    api = f"{address}:{port}"
+    api = f"{foreign.LOGIN[0]}:{port}"  # [hub] connect_ip names the login node
     rules = (f"table inet portal_fault {{\n chain out {{\n  type filter hook output priority 0\n"
              f"  ip daddr {address} tcp dport {port} reject\n }}\n}}\n")  # fmt: skip
     node.run(["nft", "-f", "-"], input=rules)
