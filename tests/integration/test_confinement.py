@@ -99,7 +99,7 @@ async def end_reason(job_id, timeout=30):
     """sacct's record of how the job ended (slurmdbd may get it a moment late)."""
     deadline = time.monotonic() + timeout
     while True:
-        reason = await slurm.end_reason(job_id, timeout=20)
+        reason = await slurm.end_reason(job_id, JOB_NAME, timeout=20)
         if reason or time.monotonic() > deadline:
             return reason
         await asyncio.sleep(0.5)

@@ -414,14 +414,14 @@ async def test_changed_images_are_checked_again_in_the_background_one_at_a_time(
 async def test_the_service_watches_for_rebuilt_images_from_its_start(service):
     path = fake_image(service.images, "pytorch", "pytorch")
     watch = asyncio.ensure_future(service.ops.images.watch(every=0.05))
-    try:
-        for _ in range(100):
+    try:  # waits of up to 20 s: a loaded CI machine (make test) took more than 2 s
+        for _ in range(1000):
             await asyncio.sleep(0.02)
             if len(service.check.calls) == 1:
                 break
         assert service.store.image_checks()[0]["checked_by"] == "portal service"
         rebuilt(path, 10**18)
-        for _ in range(100):
+        for _ in range(1000):
             await asyncio.sleep(0.02)
             if len(service.check.calls) == 2:
                 break
