@@ -525,32 +525,27 @@ async def set_time_limit(job_id, minutes, profile_max, timeout):
         raise
 
 
-async def may_run_helper(timeout):
-    """Whether sudo lets this account run the root helper: ``sudo -n -l
-    HELPER 1 60 60``, which runs nothing, exits 0 when a rule lets it and 1
-    when none does. SlurmError when sudo gives no answer."""
-    argv = ["sudo", "-n", "-l", extendhelper.INSTALLED_AT, "1", "60", "60"]
+async def _sudo_lets(argv, timeout):
+    """Whether sudo lets this account run ``argv``: ``sudo -n -l ARGV``,
+    which runs nothing, exits 0 when a rule lets it and 1 when none does.
+    SlurmError when sudo gives no answer."""
     try:
-        await run(argv, timeout=timeout)
+        await run(["sudo", "-n", "-l", *argv], timeout=timeout)
     except SlurmError as e:
         if e.returncode == 1:
             return False
         raise
     return True
+
+
+async def may_run_helper(timeout):
+    """Whether sudo lets this account run the extend helper (``HELPER 1 60 60``)."""
+    return await _sudo_lets([extendhelper.INSTALLED_AT, "1", "60", "60"], timeout)
 
 
 async def may_run_read_helper(timeout):
-    """Whether sudo lets this account run the read helper: ``sudo -n -l
-    HELPER squeue -h``, which runs nothing, exits 0 when a rule lets it and
-    1 when none does. SlurmError when sudo gives no answer."""
-    argv = ["sudo", "-n", "-l", slurmread.INSTALLED_AT, "squeue", "-h"]
-    try:
-        await run(argv, timeout=timeout)
-    except SlurmError as e:
-        if e.returncode == 1:
-            return False
-        raise
-    return True
+    """Whether sudo lets this account run the read helper (``HELPER squeue -h``)."""
+    return await _sudo_lets([slurmread.INSTALLED_AT, "squeue", "-h"], timeout)
 
 
 # -- as a user -------------------------------------------------------------
