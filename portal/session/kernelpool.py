@@ -17,7 +17,10 @@
   would have given. A handover that fails ends that kernel and starts a
   fresh one. Its shutdown of all kernels ends the pool's too.
 
-Both are enabled by ``etc/jupyter/jupyter_server_config.d/portal-session.json``.
+Both are set when the server links its extensions (``portal.session``'s
+second extension point, this module's ``_link_jupyter_server_extension``),
+before it makes its kernel manager: the extension's JSON file in
+``jupyter_server_config.d`` only enables extensions.
 """
 
 import asyncio
@@ -27,6 +30,7 @@ import os
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from traitlets import Float
+from traitlets.config import Config
 
 from portal.session.prewarm import POOL, env_changes, handover_code, remove_files
 
@@ -136,3 +140,18 @@ async def _execute(client, code):
         reply = await client.get_shell_msg()
         if reply.get("parent_header", {}).get("msg_id") == msg_id:
             return reply
+
+
+def _link_jupyter_server_extension(serverapp):
+    serverapp.update_config(
+        Config(
+            {
+                "ServerApp": {"kernel_manager_class": PrewarmingKernelManager},
+                "KernelProvisionerFactory": {"default_provisioner_name": "portal-prewarmed"},
+            }
+        )
+    )
+
+
+def _load_jupyter_server_extension(serverapp):
+    serverapp.log.debug("portal.session.kernelpool: %s", type(serverapp.kernel_manager).__name__)
