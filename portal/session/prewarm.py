@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from string import Template
 
@@ -293,6 +294,7 @@ def start_from_environ(environ=os.environ, pool=POOL):
         )
         return None
     pool.put(kernel)
+    print(f"portal: timeline prewarm {time.time():.6f}", file=sys.stderr)  # bench/timeline.py
     print(
         f"portal: pre-warmed kernel {told.environment} (pid {kernel.process.pid})"
         f" importing {', '.join(modules)}",
