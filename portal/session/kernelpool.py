@@ -97,6 +97,8 @@ class PrewarmingKernelManager(AsyncMappingKernelManager):
             warm = POOL.take(name)
         if warm is None:
             return await super().start_kernel(kernel_id=kernel_id, path=path, **kwargs)
+        # the id in its connection file's name (``kernel-ID.json``), as any kernel's
+        kernel_id = kernel_id or warm.kernel_id
         offer = [warm]
         token = _OFFER.set(offer)
         try:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from string import Template
 
-from portal.contract import SessionEnv
+from portal.contract import TENSORBOARD_API, SessionEnv
 
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # What jupyter_client's launcher adds to each kernel's environment itself.
@@ -150,6 +150,17 @@ class WarmKernel:
     env: dict
     cwd: str
     modules: list = field(default_factory=list)
+
+    @property
+    def kernel_id(self):
+        """The id in its connection file's name, ``kernel-ID.json``: the id
+        the kernel manager gives it, unless the request names one.
+
+        >>> WarmKernel("k", None, "/r/kernel-3f2a.json", {}, {}, "/").kernel_id
+        '3f2a'
+        """
+        name = os.path.basename(self.connection_file)
+        return name.removeprefix("kernel-").removesuffix(".json")
 
     def alive(self):
         return self.process.poll() is None
@@ -273,6 +284,23 @@ def start(kernel_name, modules, runtime_dir, environ=os.environ, cwd=None):
     return WarmKernel(kernel_name, process, connection_file, info, env, cwd, list(modules))
 
 
+def tensorboard_api(environ):
+    """What the server extension will tell its kernels of its TensorBoard API
+    (``portal.session.extension.api_url``: the server's own address and
+    prefix, from ``$JUPYTERHUB_SERVICE_URL`` once the launcher put the port
+    in), so that the pre-warmed kernel starts with it as a later one would.
+
+    >>> tensorboard_api({"JUPYTERHUB_SERVICE_URL": "https://10.0.0.2:4242/user/a/"})
+    {'PORTAL_TENSORBOARD_API': 'https://10.0.0.2:4242/user/a/portal/api/tensorboards'}
+    >>> tensorboard_api({"JUPYTERHUB_SERVICE_URL": "https://10.0.0.2:0/user/a/"})
+    {}
+    """
+    url = environ.get("JUPYTERHUB_SERVICE_URL", "")
+    if not re.fullmatch(r"https?://[^/]+:[1-9][0-9]*/(.*/)?", url):
+        return {}
+    return {TENSORBOARD_API: url + "portal/api/tensorboards"}
+
+
 def start_from_environ(environ=os.environ, pool=POOL):
     """The launcher's part: the session's pre-warmed kernel, when the hub
     asked for one (``$PORTAL_PREWARM``) and the session has an environment."""
@@ -286,7 +314,7 @@ def start_from_environ(environ=os.environ, pool=POOL):
 
         runtime_dir = jupyter_runtime_dir()
         os.makedirs(runtime_dir, mode=0o700, exist_ok=True)
-    kernel = start(told.environment, modules, runtime_dir, environ)
+    kernel = start(told.environment, modules, runtime_dir, {**environ, **tensorboard_api(environ)})
     if kernel is None:
         print(
             f"portal: kernel {told.environment} is not a Python kernel: none pre-warmed",

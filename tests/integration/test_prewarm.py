@@ -32,7 +32,7 @@ PROBE = (
     "import json, os, sys; print(json.dumps({'torch': 'torch' in sys.modules,"
     " 'bound': 'torch' in dir(), 'pid': os.getpid(), 'cwd': os.getcwd(),"
     " 'session': globals().get('__session__'), 'jpy': os.environ.get('JPY_SESSION_NAME'),"
-    " 'tensorboard_api': bool(os.environ.get('PORTAL_TENSORBOARD_API')),"
+    " 'tensorboard_api': os.environ.get('PORTAL_TENSORBOARD_API'),"
     " 'count': get_ipython().execution_count}))"
 )
 
@@ -95,7 +95,15 @@ def test_the_first_kernel_of_the_framework_is_the_prewarmed_one(session):
     assert seen["count"] == 1, seen  # the imports spent no execution count
     assert seen["cwd"] == f"{HOME}/{FOLDER}", seen
     assert seen["session"] == seen["jpy"] == f"{HOME}/{notebook}", seen
-    assert seen["tensorboard_api"], seen  # set by the server after the kernel started
+    # what the server tells its kernels (its TensorBoard API), in the process's
+    # own environment too (what tools that read /proc see); its connection
+    # file is named after its id, as any kernel's
+    assert seen["tensorboard_api"].endswith(f"/user/{USER}/portal/api/tensorboards"), seen
+    with open(f"/proc/{pid}/environ") as f:
+        environ = dict(kv.split("=", 1) for kv in f.read().split("\0") if "=" in kv)
+    assert environ["PORTAL_TENSORBOARD_API"] == seen["tensorboard_api"]
+    with open(f"/proc/{pid}/cmdline") as f:
+        assert f"kernel-{first}.json" in f.read()
 
     # the next PyTorch kernel is a fresh one
     second = api("POST", "api/kernels", json={"name": "pytorch"})["id"]
