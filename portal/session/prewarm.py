@@ -9,17 +9,19 @@ the hub named (``$PORTAL_PREWARM``, from [session] prewarm_imports) before it
 answers its first message (IPython's ``exec_lines``: nothing is bound in the
 user's namespace, no execution count is spent; a failed import is printed to
 the job's log). Its connection file and ipc sockets are in the session's
-runtime folder, as every kernel's.
+runtime folder, as every kernel's, and it starts with the TensorBoard API
+the server extension tells kernels of (``tensorboard_api``).
 
 The server's kernel manager (``portal.session.kernelpool``) hands it to the
 first kernel start of that kernelspec: the kernel's process is adopted
-(``take``), then told, in one silent execution (``handover_code``), the
-folder and the environment a kernel started for that request would have had
-(``env_changes``: a notebook's ``JPY_SESSION_NAME``, what the server set after
-the kernel started). Kernels after it start fresh: no other is pre-warmed
-(a second would cost the memory of another import for the whole session, and
-compete for the cores with the user's first cells). One never asked for
-stays out of the session's list of kernels and ends with the server.
+(``take``) under the id of its connection file, then told, in one silent
+execution (``handover_code``), the folder and the environment a kernel
+started for that request would have had (``env_changes``: a notebook's
+``JPY_SESSION_NAME``, what the server set after the kernel started).
+Kernels after it start fresh: no other is pre-warmed (a second would cost
+the memory of another import for the whole session, and compete for the
+cores with the user's first cells). One never asked for stays out of the
+session's list of kernels and ends with the server.
 
 Standard library only at import; ``jupyter_client`` (the server's) when a
 kernel is started.
@@ -27,6 +29,8 @@ kernel is started.
 
 import os
 import re
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -201,10 +205,6 @@ class Pool:
         with self._lock:
             return sorted(self._kernels)
 
-    def pids(self):
-        with self._lock:
-            return [k.process.pid for k in self._kernels.values()]
-
     def close(self, timeout=5):
         """End every kernel still in the pool (its process group, as
         jupyter_client ends a kernel's), and remove its files."""
@@ -216,9 +216,7 @@ class Pool:
 
 
 def stop(kernel, timeout=5):
-    import signal
-    import subprocess
-
+    """End the kernel: SIGTERM to its process group, SIGKILL if it stays."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(kernel.process.pid, signum)
