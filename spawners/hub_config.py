@@ -513,8 +513,8 @@ def configure_spawner(c, settings):
     # not with a 500; the session card's "Extend by N hours" and GPU figures
     notebook_jobs = NotebookJobs(profiles.store, settings)
     jupyterhub_patches.install_routes(profiles.store, notebook_jobs)
-    # a page's user from its login cookie, without a query per request
-    jupyterhub_patches.install_cookie_users()
+    # a page's user from its login cookie, and a user by name, without a query
+    jupyterhub_patches.install_user_lookups()
     # the notebook jobs' starts and ends, with the sessions' notices (the shared poll's)
     notices = SlurmPoller.instance(slurm["job_name"]).notices
     notices.sender = notices.sender or site_settings.mail_from(settings)

@@ -110,11 +110,12 @@ def mark_cookie_request(handler):
 
 # -- the login cookie's user, from memory ----------------------------------------
 
-COOKIE_USERS_MAX = 100_000  # cookie ids kept (``install_cookie_users``)
+COOKIE_USERS_MAX = 100_000  # cookie ids and names kept (``install_user_lookups``)
 
 
-def install_cookie_users():
-    """A page's user from its login cookie without a database query (idempotent).
+def install_user_lookups():
+    """A page's user from its login cookie, and a user by name, without a
+    database query (idempotent).
 
     JupyterHub 6.1.1's ``BaseHandler._user_for_cookie`` finds the user of
     every cookie-authenticated request with ``query(orm.User).filter(
@@ -128,6 +129,9 @@ def install_cookie_users():
     deleted user leaves ``users`` (``UserDict.delete``); any other cookie
     goes the original way, which still clears the invalid ones. The secure
     cookie's signature and age are checked at every request, as before.
+    ``find_user`` (a user by name: the REST API's user routes) is kept the
+    same way: a name's user id, answered while that user still has the name
+    (a renamed user's old name goes the original way, and finds no one).
     """
     from jupyterhub.handlers.base import BaseHandler
 
@@ -158,6 +162,28 @@ def install_cookie_users():
 
     _user_for_cookie.portal_cookie_users = True
     BaseHandler._user_for_cookie = _user_for_cookie
+
+    find_user = BaseHandler.find_user
+    named = {}  # user name: the user's id
+
+    def find_user_by_name(self, name):
+        """JupyterHub's ``find_user`` (``orm.User.find``: a query per REST
+        call on a user, each open tab's status poll), answered from the hub's
+        ``users`` while the id found for ``name`` still has that name."""
+        user_id = named.get(name)
+        if user_id is not None and user_id in self.users:
+            user = self.users[user_id]
+            if user.orm_user.name == name:
+                user.db = self.db
+                return user
+        user = find_user(self, name)
+        if user is not None:
+            if len(named) >= COOKIE_USERS_MAX:
+                named.clear()
+            named[name] = user.id
+        return user
+
+    BaseHandler.find_user = find_user_by_name
 
 
 # -- the hub's pages on its own host -------------------------------------------

@@ -137,12 +137,15 @@ def test_a_named_server_is_removed_as_jupyterhubs_api_removes_it():
 
 
 def test_jupyterhub_finds_a_cookies_user_by_a_cookie_id_it_never_changes():
-    """install_cookie_users keeps a cookie id's user while JupyterHub 6.1.1
+    """install_user_lookups keeps a cookie id's user while JupyterHub 6.1.1
     looks users up by cookie_id and never assigns one after a user is made."""
     from jupyterhub import handlers, orm
 
     pkg = Path(handlers.__file__).parent.parent
-    assert "orm.User.cookie_id == cookie_id" in inspect.getsource(BaseHandler._user_for_cookie)
+    source = (pkg / "handlers" / "base.py").read_text()
+    assert "orm.User.cookie_id == cookie_id" in source
+    # find_user is orm.User.find by name, looked up in the hub's users
+    assert "orm_user = orm.User.find(db=self.db, name=name)" in source
     code = "\n".join(p.read_text() for p in pkg.rglob("*.py") if "tests" not in p.parts)
     assert re.findall(r"\.cookie_id\s*=[^=]", code) == []
     assert orm.User.cookie_id.property.columns[0].unique
@@ -153,6 +156,7 @@ def test_a_cookies_user_comes_from_memory_while_it_is_still_that_users(monkeypat
     from jupyterhub.user import UserDict
 
     monkeypatch.setattr(BaseHandler, "_user_for_cookie", BaseHandler._user_for_cookie)
+    monkeypatch.setattr(BaseHandler, "find_user", BaseHandler.find_user)
     db = orm.new_session_factory("sqlite:///:memory:")()
     alice, bob = orm.User(name="alice"), orm.User(name="bob")
     db.add_all([alice, bob])
@@ -182,8 +186,8 @@ def test_a_cookies_user_comes_from_memory_while_it_is_still_that_users(monkeypat
             pass
 
     users = UserDict(lambda: db, {})
-    jupyterhub_patches.install_cookie_users()
-    jupyterhub_patches.install_cookie_users()  # idempotent
+    jupyterhub_patches.install_user_lookups()
+    jupyterhub_patches.install_user_lookups()  # idempotent
     lookup = BaseHandler._user_for_cookie
     from sqlalchemy import event
 
@@ -194,5 +198,15 @@ def test_a_cookies_user_comes_from_memory_while_it_is_still_that_users(monkeypat
     assert [q for q in queries if q.startswith("SELECT")] == []  # from memory
     assert lookup(Handler(bob.cookie_id), "c").name == "bob"
     assert lookup(Handler("no-such-cookie-id"), "c") is None
-    users.delete(alice)  # a deleted user's cookie finds no one
+    # a user by name, the same way
+    find = BaseHandler.find_user
+    assert find(Handler(None), "bob").name == "bob"
+    queries.clear()
+    assert find(Handler(None), "bob").name == "bob" and queries == []
+    bob.name = "robert"  # renamed: the old name finds no one
+    db.commit()
+    assert find(Handler(None), "bob") is None
+    assert find(Handler(None), "robert").name == "robert"
+    users.delete(alice)  # a deleted user's cookie finds no one, nor their name
     assert lookup(Handler(alice_cookie), "c") is None
+    assert find(Handler(None), "alice") is None
