@@ -59,14 +59,19 @@ removed at its end.
 """
 
 import argparse
+import json
 import pwd
 import statistics
 import subprocess
 import sys
 import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench import batch, dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
+from bench.hubs import REPO
 from portal import settings as site_settings
 
 PARTS = ("spawn", "container", "sessions", "train", "firstcell", "batch", "hub", "rpcs")
@@ -75,11 +80,97 @@ TARGETS = {
     "spawn_vs_stock": ("<=", 0.5),
     "slurm_rpcs_per_min_100": ("<=", 4),
     "hub_p95_ms": ("<=", 100),
+    "hub_p95_ms_stress": ("<=", 400),
+    "hub_p95_ms_spawn": ("<=", 150),  # the spawn page's
     "train_portal_vs_plain": (">=", 0.97),
     "tensorboard_dashboard_vs_direct": ("<=", 1.2),
     "container_spawn_vs_env": ("<=", 1.2),
     "second_session_spawn_vs_first": ("<=", 1.1),
 }
+# Each first_cell_s_FW at most this many seconds after its first_cell_ready_s_FW.
+FIRST_CELL_AFTER_READY_S = 1.0
+RESULTS = REPO / "bench" / "results"
+
+
+def targets(figures):
+    """``(name, op, bound)`` of each target that ``figures`` has the figure of:
+    ``TARGETS``, and each ``first_cell_s_FW`` within ``FIRST_CELL_AFTER_READY_S``
+    of its ``first_cell_ready_s_FW``.
+
+    >>> targets({"hub_p95_ms": 80.0, "first_cell_s_mxnet": 5.5, "first_cell_ready_s_mxnet": 4.8})
+    [('hub_p95_ms', '<=', 100), ('first_cell_s_mxnet', '<=', 5.8)]
+    """
+    out = [(name, op, bound) for name, (op, bound) in TARGETS.items() if name in figures]
+    for name in figures:
+        ready = name.replace("first_cell_s_", "first_cell_ready_s_", 1)
+        if name.startswith("first_cell_s_") and ready in figures:
+            out.append((name, "<=", round(figures[ready] + FIRST_CELL_AFTER_READY_S, 2)))
+    return out
+
+
+def check_targets(figures):
+    """``[{"figure", "op", "target", "value", "met"}]`` of ``targets(figures)``."""
+    checks = []
+    for name, op, bound in targets(figures):
+        value = figures[name]
+        met = value <= bound if op == "<=" else value >= bound
+        checks.append({"figure": name, "op": op, "target": bound, "value": value, "met": met})
+    return checks
+
+
+def exit_status(failed, checks, enforce_targets=True):
+    """1 when a part failed or, with ``enforce_targets``, a target was missed; else 0.
+
+    >>> exit_status({}, [{"figure": "hub_p95_ms", "met": False}], enforce_targets=False)
+    0
+    """
+    missed = any(not check["met"] for check in checks)
+    return 1 if failed or (missed and enforce_targets) else 0
+
+
+def json_path(started, folder=RESULTS):
+    """Where a run's figures go by default: ``folder/YYYY-MM-DD.json`` of the
+    day the run ``started``, or ``YYYY-MM-DD-HHMM.json`` when that is taken."""
+    path = folder / f"{started:%Y-%m-%d}.json"
+    return folder / f"{started:%Y-%m-%d-%H%M}.json" if path.exists() else path
+
+
+def commit():
+    """The repository's commit (``git rev-parse HEAD``), with ``+changes``
+    when its files differ from it; None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changes else "")
+
+
+def run_part(name, work, failed):
+    """``work()``, the part ``name``: its failure is printed (the traceback's
+    last frames) and recorded in ``failed`` (part: reason); True if it ran whole."""
+    say(f"part {name}")
+    try:
+        work()
+    except Exception as e:
+        frames = traceback.extract_tb(e.__traceback__)[-3:]
+        where = "; ".join(
+            f"{f.filename.removeprefix(f'{REPO}/')}:{f.lineno} {f.name}" for f in frames
+        )
+        failed[name] = f"{type(e).__name__}: {e}"[:2000] + f" (at {where})"
+        say(f"part {name} FAILED: " + "".join(traceback.format_exception(e, limit=-3)).rstrip())
+        return False
+    return True
 
 
 def say(message):
@@ -256,32 +347,46 @@ def train_figures(figures, portal, accounts, runs, steps):
         spawn.stop_server(portal, client, name)
 
 
-def firstcell_figures(figures, portal, accounts, reps):
+def firstcell_figures(figures, portal, accounts, reps, cold_reps):
+    """Of each framework, ``reps`` sessions as the page cache is (warm), then
+    ``cold_reps`` each started right after the page cache is emptied."""
     name = "bench003"
     client = users.login(portal, name, accounts[name])
     r = client.api("POST", f"/users/{name}/tokens", json={"expires_in": 3600})
     r.raise_for_status()
     token = r.json()["token"]
+
+    def first_cell(framework, what, i, count):
+        cached, size = firstcell.cached_mb(framework)
+        say(f"the {framework} environment: {cached:.0f} of {size:.0f} MB in the page cache")
+        try:
+            marks = firstcell.first_cell(portal, client, name, token, framework)
+        finally:
+            spawn.stop_server(portal, client, name)
+            portal.wait_no_jobs()
+        ready, kernel, imports = marks
+        say(
+            f"first cell of {framework}, {what} {i + 1}/{count} (s since the spawn request): "
+            f"ready {ready:.2f}, kernel {kernel:.2f}, imports {imports:.2f}"
+        )
+        return marks
+
     for framework in firstcell.FRAMEWORKS:
-        marks = []
-        for i in range(reps):
-            cached, size = firstcell.cached_mb(framework)
-            say(f"the {framework} environment: {cached:.0f} of {size:.0f} MB in the page cache")
-            try:
-                marks.append(firstcell.first_cell(portal, client, name, token, framework))
-            finally:
-                spawn.stop_server(portal, client, name)
-                portal.wait_no_jobs()
-            ready, kernel, imports = marks[-1]
-            say(
-                f"first cell of {framework} {i + 1}/{reps} (s since the spawn request): "
-                f"ready {ready:.2f}, kernel {kernel:.2f}, imports {imports:.2f}"
-            )
+        marks = [first_cell(framework, "warm", i, reps) for i in range(reps)]
         ready, kernel, imports = (statistics.median(column) for column in zip(*marks, strict=True))
         figures.add(f"first_cell_ready_s_{framework}", ready)
         figures.add(f"first_cell_kernel_s_{framework}", kernel)
         figures.add(f"first_cell_imports_s_{framework}", imports)
         figures.add(f"first_cell_s_{framework}", imports)
+        cold = []
+        for i in range(cold_reps):
+            firstcell.drop_caches()
+            cold.append(first_cell(framework, "cold", i, cold_reps))
+        if cold:
+            ready, kernel, imports = (statistics.median(c) for c in zip(*cold, strict=True))
+            figures.add(f"first_cell_cold_ready_s_{framework}", ready)
+            figures.add(f"first_cell_cold_kernel_s_{framework}", kernel)
+            figures.add(f"first_cell_cold_s_{framework}", imports)
 
 
 def batch_figures(figures, portal, accounts, reps):
@@ -360,43 +465,97 @@ def parse_args(argv):
     parser.add_argument(
         "--firstcell-reps", type=int, default=3, help="sessions of each framework (3)"
     )
+    parser.add_argument(
+        "--firstcell-cold-reps",
+        type=int,
+        default=1,
+        help="sessions of each framework after emptying the page cache (1; 0: none)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="where the figures go as JSON (bench/results/YYYY-MM-DD.json, "
+        "or YYYY-MM-DD-HHMM.json when that exists)",
+    )
+    parser.add_argument(
+        "--no-targets",
+        action="store_true",
+        help="a missed target is printed but does not make the exit status 1",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv=None):
+    """Run the parts asked for, in ``PARTS``' order; one that fails is
+    reported and the others run. Exit status 1 if a part failed or (unless
+    ``--no-targets``) a target was missed."""
     args = parse_args(argv)
-    began = time.monotonic()
-    needed = max(3, args.users if "hub" in args.only else 0)  # bench003: firstcell
-    if "rpcs" in args.only:
+    began, started = time.monotonic(), datetime.now(UTC)
+    only = [part for part in PARTS if part in args.only]
+    needed = max(3, args.users if "hub" in only else 0)  # bench003: firstcell
+    if "rpcs" in only:
         needed = max(needed, args.sessions)
-    say(f"LDAP users bench001..bench{needed:03d}")
-    accounts = users.ensure_users(needed)
     portal, stock = hubs.portal_hub(), hubs.stock_hub()
-    figures = Figures()
-    try:
-        if {"spawn", "container", "sessions", "train", "firstcell", "batch", "hub"} & set(
-            args.only
-        ):
-            portal.start()
-        if "spawn" in args.only:
+    figures, failed = Figures(), {}
+    accounts = {}
+    portal_up = False  # a fresh portal hub: after a part's failure, started again
+
+    def prepare():
+        say(f"LDAP users bench001..bench{needed:03d}")
+        accounts.update(users.ensure_users(needed))
+
+    def with_portal(work):
+        def part():
+            nonlocal portal_up
+            if not portal_up:
+                portal.start()
+                portal_up = True
+            try:
+                work()
+            except Exception:
+                portal_up = False  # what the part left behind goes with a fresh hub
+                raise
+
+        return part
+
+    def spawn_part():
+        try:
             stock.start()
             spawn_figures(figures, portal, stock, accounts, args.reps)
+        finally:
             stock.stop()
-        if "container" in args.only:
-            container_figures(figures, portal, accounts, args.reps)
-        if "sessions" in args.only:
-            session_figures(figures, portal, accounts, args.reps)
-        if "train" in args.only:
-            train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
-        if "firstcell" in args.only:
-            firstcell_figures(figures, portal, accounts, args.firstcell_reps)
-        if "batch" in args.only:
-            batch_figures(figures, portal, accounts, args.reps)
-        if "hub" in args.only:
-            hub_figures(figures, portal, accounts, args.users, args.duration)
-        portal.stop()
-        if "rpcs" in args.only:
-            rpc_figures(figures, portal, stock, accounts, args.sessions, args.window)
+            stock.cancel_jobs()
+
+    def rpcs_part():
+        nonlocal portal_up
+        portal.stop()  # the load figures start each hub in lite mode
+        portal_up = False
+        rpc_figures(figures, portal, stock, accounts, args.sessions, args.window)
+
+    work = {
+        "spawn": with_portal(spawn_part),
+        "container": with_portal(lambda: container_figures(figures, portal, accounts, args.reps)),
+        "sessions": with_portal(lambda: session_figures(figures, portal, accounts, args.reps)),
+        "train": with_portal(
+            lambda: train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
+        ),
+        "firstcell": with_portal(
+            lambda: firstcell_figures(
+                figures, portal, accounts, args.firstcell_reps, args.firstcell_cold_reps
+            )
+        ),
+        "batch": with_portal(lambda: batch_figures(figures, portal, accounts, args.reps)),
+        "hub": with_portal(
+            lambda: hub_figures(figures, portal, accounts, args.users, args.duration)
+        ),
+        "rpcs": rpcs_part,
+    }
+    try:
+        if run_part("accounts", prepare, failed):
+            for part in only:
+                run_part(part, work[part], failed)
+        else:
+            failed.update({part: "not run: the accounts failed" for part in only})
     finally:
         for hub in (portal, stock):
             hub.stop()
@@ -404,10 +563,45 @@ def main(argv=None):
         subprocess.run(["scancel", "--name", spawn.FLOOR_JOB], check=False)
         remove_accounts(portal, stock)
         say(f"done in {time.monotonic() - began:.0f} s")
-        for name, value in figures.items():
-            print(f"{name}: {value}")
-        for name, (op, target) in TARGETS.items():
-            if name in figures:
-                ok = figures[name] <= target if op == "<=" else figures[name] >= target
-                say(f"target {name} {op} {target}: {'met' if ok else 'MISSED'} ({figures[name]})")
-    return 0
+        status = report(args, figures, failed, started)
+    return status
+
+
+def report(args, figures, failed, started):
+    """Print every figure (stdout), each target met or MISSED and the failed
+    parts (stderr); write them all as JSON. The exit status."""
+    for name, value in figures.items():
+        print(f"{name}: {value}", flush=True)
+    checks = check_targets(figures)
+    for c in checks:
+        verdict = "met" if c["met"] else "MISSED"
+        say(f"target {c['figure']} {c['op']} {c['target']}: {verdict} ({c['value']})")
+    missed = [c["figure"] for c in checks if not c["met"]]
+    if missed:
+        ignored = " (--no-targets: not a failure)" if args.no_targets else ""
+        say(f"MISSED targets{ignored}: {', '.join(missed)}")
+    for part, reason in failed.items():
+        say(f"FAILED part {part}: {reason.splitlines()[0]}")
+    status = exit_status(failed, checks, enforce_targets=not args.no_targets)
+    path = args.json or json_path(started)
+    result = {
+        "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "started": started.isoformat(timespec="seconds"),
+        "ended": datetime.now(UTC).isoformat(timespec="seconds"),
+        "figures": dict(figures),
+        "failed_parts": failed,
+        "targets": checks,
+        "missed_targets": missed,
+        "exit_status": status,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as e:
+        say(f"the figures were not written to {path}: {e}")
+        return 1
+    say(f"figures written to {path}")
+    if failed:
+        say(f"FAILED: {', '.join(failed)}")
+    return status
