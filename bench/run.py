@@ -435,8 +435,8 @@ def rpc_figures(figures, portal, stock, accounts, sessions, window):
         ):
             say(f"the {hub.name} hub: 1, then {sessions} sessions, {window} s each")
             one, many = rpcs.sessions_rates(hub, chosen, sessions, window, options)
-            figures.add(f"{prefix}slurm_rpcs_per_min_1", max(one - others, 0), 1)
-            figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0), 1)
+            figures.add(f"{prefix}slurm_rpcs_per_min_1", max(one - others, 0.0), 1)
+            figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0.0), 1)
 
 
 def remove_accounts(*hubs):
