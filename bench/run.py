@@ -28,7 +28,8 @@ Figures (medians over repeated runs):
   on the node (``bench/dashboard.py``); ``tensorboard_dashboard_vs_direct``: their
   ratio; ``..._requests`` / ``..._kib``: what the page fetched by then;
 - ``tensorboard_proxy_vs_direct``: as a breakdown, one TensorBoard scalars request
-  through the proxy over the same request on TensorBoard's Unix socket;
+  through the proxy over the same request on TensorBoard's Unix socket (in its
+  job's own ``/tmp``: curl runs in the job's mount namespace);
 - ``first_cell_s_FW`` for FW pytorch, tensorflow and mxnet: time to first cell,
   the spawn request of the FW profile (one GPU) to the template's code cells
   run in a new FW kernel through the proxy, up to the first that imports the
@@ -36,7 +37,12 @@ Figures (medians over repeated runs):
   request: ``first_cell_ready_s_FW`` (the server answers through the proxy),
   ``first_cell_kernel_s_FW`` (the kernel, started through the server's REST
   API, answers kernel_info) and ``first_cell_imports_s_FW`` (the cells'
-  execute_reply ok: the same as ``first_cell_s_FW``).
+  execute_reply ok: the same as ``first_cell_s_FW``); the target: within
+  ``FIRST_CELL_AFTER_READY_S`` of ``first_cell_ready_s_FW``.
+  ``first_cell_cold_s_FW``, ``first_cell_cold_ready_s_FW`` and
+  ``first_cell_cold_kernel_s_FW``: the same, of sessions each started right
+  after the page cache is emptied (``--firstcell-cold-reps``, run before the
+  warm ones).
 - ``container_spawn_s`` / ``container_env_spawn_s``: spawn to ready of the
   PyTorch image's profile (``pytorch-image``: the session under ``ch-run``)
   and of the PyTorch environment's (``pytorch``), alternating;
@@ -52,7 +58,11 @@ Figures (medians over repeated runs):
   when the firstcell part ran in the same run (``bench/batch.py``, issue 27).
 
 Progress goes to stderr; the figures to stdout, as they come and all together
-at the end. Run as root from the repository (``make bench``, or
+at the end, then (stderr) each target of ``targets`` met or MISSED and each
+failed part with its reason. A part that fails is reported and the others
+run; the exit status is 1 when a part failed or a target was missed (unless
+``--no-targets``). Everything also goes to ``bench/results/DATE.json`` (or
+``--json PATH``; see ``report``). Run as root from the repository (``make bench``, or
 ``python -m bench --help`` for smaller runs). The hubs are served over HTTPS
 (``bench/hubs.py``); the LDAP accounts bench001.. are made for the run and
 removed at its end.
