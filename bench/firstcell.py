@@ -15,7 +15,9 @@ request on, through the proxy (HTTPS, the portal's certificate checked):
 
 The marks are seconds since the spawn request, so each includes the one before.
 Whether the framework's files were in the page cache (a first import reads
-them from disk) is reported beside them (``cached_mb``). The account is new
+them from disk) is reported beside them (``cached_mb``); a cold run starts
+with the page cache emptied (``drop_caches``), as a site's shared filesystem
+serves an environment that no one on the node read lately. The account is new
 at each run of the benchmark, so its first session of a framework also pays
 what a new user's does (matplotlib's font cache, built once in the home).
 """
@@ -26,6 +28,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import requests
 
@@ -112,3 +115,12 @@ def cached_mb(environment):
             res, total = line.split()
             cached, size = cached + int(res), size + int(total)
     return cached / 1e6, size / 1e6
+
+
+def drop_caches():
+    """Empty the kernel's page cache, dentries and inodes (as root, after a
+    sync). The demo's compute nodes are network namespaces on this host's
+    kernel, so theirs is the same cache: their next reads of an environment
+    come from the disk."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")

@@ -7,12 +7,20 @@ every GET with a small JSON body, as Jupyter's ``/api`` does: enough for the hub
 to see the server up, at a few MB per session instead of a JupyterLab's hundred.
 Like the portal's sessions, it listens on its node's cluster address (the node
 name as it resolves), not on every interface.
+
+With the hub's internal TLS (``[tls] internal``), it uses the files the batch
+script gives a real session, as ``jupyterhub-singleuser`` does
+(``JUPYTERHUB_SSL_KEYFILE``, ``_CERTFILE``, ``_CLIENT_CA``): it serves HTTPS with
+that key and certificate to clients with a certificate of those CAs only, and
+reaches the hub's API over HTTPS, checked against the same CAs, with its
+certificate. Without them (the stock hub), plain HTTP both ways.
 The arguments (the real server's command line) are ignored.
 """
 
 import json
 import os
 import socket
+import ssl
 import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -35,8 +43,25 @@ def node_address():
     return socket.gethostbyname(os.environ.get("SLURMD_NODENAME") or socket.gethostname())
 
 
+def ssl_context(purpose, env=os.environ):
+    """JupyterHub's ``make_ssl_context`` for the session's internal TLS files
+    in ``env``: always verifying the other side (a client also checks the
+    server's name); None when the batch script gave none."""
+    keyfile, certfile = env.get("JUPYTERHUB_SSL_KEYFILE"), env.get("JUPYTERHUB_SSL_CERTFILE")
+    if not keyfile or not certfile:
+        return None
+    context = ssl.create_default_context(purpose, cafile=env.get("JUPYTERHUB_SSL_CLIENT_CA"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.check_hostname = purpose == ssl.Purpose.SERVER_AUTH
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
 def main():
     server = HTTPServer((node_address(), 0), Handler)
+    served = ssl_context(ssl.Purpose.CLIENT_AUTH)
+    if served:
+        server.socket = served.wrap_socket(server.socket, server_side=True)
     port = server.server_address[1]
     request = urllib.request.Request(
         os.environ["JUPYTERHUB_API_URL"].rstrip("/") + "/batchspawner",
@@ -47,8 +72,10 @@ def main():
         },
         method="POST",
     )
-    urllib.request.urlopen(request, timeout=30).read()
-    print(f"lite session on {socket.gethostname()}:{port}", flush=True)
+    client = ssl_context(ssl.Purpose.SERVER_AUTH)
+    urllib.request.urlopen(request, timeout=30, context=client).read()
+    scheme = "https" if served else "http"
+    print(f"lite session at {scheme}://{socket.gethostname()}:{port}", flush=True)
     server.serve_forever()
 
 

@@ -28,7 +28,8 @@ Figures (medians over repeated runs):
   on the node (``bench/dashboard.py``); ``tensorboard_dashboard_vs_direct``: their
   ratio; ``..._requests`` / ``..._kib``: what the page fetched by then;
 - ``tensorboard_proxy_vs_direct``: as a breakdown, one TensorBoard scalars request
-  through the proxy over the same request on TensorBoard's Unix socket;
+  through the proxy over the same request on TensorBoard's Unix socket (in its
+  job's own ``/tmp``: curl runs in the job's mount namespace);
 - ``first_cell_s_FW`` for FW pytorch, tensorflow and mxnet: time to first cell,
   the spawn request of the FW profile (one GPU) to the template's code cells
   run in a new FW kernel through the proxy, up to the first that imports the
@@ -36,7 +37,12 @@ Figures (medians over repeated runs):
   request: ``first_cell_ready_s_FW`` (the server answers through the proxy),
   ``first_cell_kernel_s_FW`` (the kernel, started through the server's REST
   API, answers kernel_info) and ``first_cell_imports_s_FW`` (the cells'
-  execute_reply ok: the same as ``first_cell_s_FW``).
+  execute_reply ok: the same as ``first_cell_s_FW``); the target: within
+  ``FIRST_CELL_AFTER_READY_S`` of ``first_cell_ready_s_FW``.
+  ``first_cell_cold_s_FW``, ``first_cell_cold_ready_s_FW`` and
+  ``first_cell_cold_kernel_s_FW``: the same, of sessions each started right
+  after the page cache is emptied (``--firstcell-cold-reps``, run before the
+  warm ones).
 - ``container_spawn_s`` / ``container_env_spawn_s``: spawn to ready of the
   PyTorch image's profile (``pytorch-image``: the session under ``ch-run``)
   and of the PyTorch environment's (``pytorch``), alternating;
@@ -52,21 +58,30 @@ Figures (medians over repeated runs):
   when the firstcell part ran in the same run (``bench/batch.py``, issue 27).
 
 Progress goes to stderr; the figures to stdout, as they come and all together
-at the end. Run as root from the repository (``make bench``, or
+at the end, then (stderr) each target of ``targets`` met or MISSED and each
+failed part with its reason. A part that fails is reported and the others
+run; the exit status is 1 when a part failed or a target was missed (unless
+``--no-targets``). Everything also goes to ``bench/results/DATE.json`` (or
+``--json PATH``; see ``report``). Run as root from the repository (``make bench``, or
 ``python -m bench --help`` for smaller runs). The hubs are served over HTTPS
 (``bench/hubs.py``); the LDAP accounts bench001.. are made for the run and
 removed at its end.
 """
 
 import argparse
+import json
 import pwd
 import statistics
 import subprocess
 import sys
 import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench import batch, dashboard, firstcell, hubs, load, rpcs, spawn, timeline, train, users
+from bench.hubs import REPO
 from portal import settings as site_settings
 
 PARTS = ("spawn", "container", "sessions", "train", "firstcell", "batch", "hub", "rpcs")
@@ -75,11 +90,97 @@ TARGETS = {
     "spawn_vs_stock": ("<=", 0.5),
     "slurm_rpcs_per_min_100": ("<=", 4),
     "hub_p95_ms": ("<=", 100),
+    "hub_p95_ms_stress": ("<=", 400),
+    "hub_p95_ms_spawn": ("<=", 150),  # the spawn page's
     "train_portal_vs_plain": (">=", 0.97),
     "tensorboard_dashboard_vs_direct": ("<=", 1.2),
     "container_spawn_vs_env": ("<=", 1.2),
     "second_session_spawn_vs_first": ("<=", 1.1),
 }
+# Each first_cell_s_FW at most this many seconds after its first_cell_ready_s_FW.
+FIRST_CELL_AFTER_READY_S = 1.0
+RESULTS = REPO / "bench" / "results"
+
+
+def targets(figures):
+    """``(name, op, bound)`` of each target that ``figures`` has the figure of:
+    ``TARGETS``, and each ``first_cell_s_FW`` within ``FIRST_CELL_AFTER_READY_S``
+    of its ``first_cell_ready_s_FW``.
+
+    >>> targets({"hub_p95_ms": 80.0, "first_cell_s_mxnet": 5.5, "first_cell_ready_s_mxnet": 4.8})
+    [('hub_p95_ms', '<=', 100), ('first_cell_s_mxnet', '<=', 5.8)]
+    """
+    out = [(name, op, bound) for name, (op, bound) in TARGETS.items() if name in figures]
+    for name in figures:
+        ready = name.replace("first_cell_s_", "first_cell_ready_s_", 1)
+        if name.startswith("first_cell_s_") and ready in figures:
+            out.append((name, "<=", round(figures[ready] + FIRST_CELL_AFTER_READY_S, 2)))
+    return out
+
+
+def check_targets(figures):
+    """``[{"figure", "op", "target", "value", "met"}]`` of ``targets(figures)``."""
+    checks = []
+    for name, op, bound in targets(figures):
+        value = figures[name]
+        met = value <= bound if op == "<=" else value >= bound
+        checks.append({"figure": name, "op": op, "target": bound, "value": value, "met": met})
+    return checks
+
+
+def exit_status(failed, checks, enforce_targets=True):
+    """1 when a part failed or, with ``enforce_targets``, a target was missed; else 0.
+
+    >>> exit_status({}, [{"figure": "hub_p95_ms", "met": False}], enforce_targets=False)
+    0
+    """
+    missed = any(not check["met"] for check in checks)
+    return 1 if failed or (missed and enforce_targets) else 0
+
+
+def json_path(started, folder=RESULTS):
+    """Where a run's figures go by default: ``folder/YYYY-MM-DD.json`` of the
+    day the run ``started``, or ``YYYY-MM-DD-HHMM.json`` when that is taken."""
+    path = folder / f"{started:%Y-%m-%d}.json"
+    return folder / f"{started:%Y-%m-%d-%H%M}.json" if path.exists() else path
+
+
+def commit():
+    """The repository's commit (``git rev-parse HEAD``), with ``+changes``
+    when its files differ from it; None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if changes else "")
+
+
+def run_part(name, work, failed):
+    """``work()``, the part ``name``: its failure is printed (the traceback's
+    last frames) and recorded in ``failed`` (part: reason); True if it ran whole."""
+    say(f"part {name}")
+    try:
+        work()
+    except Exception as e:
+        frames = traceback.extract_tb(e.__traceback__)[-3:]
+        where = "; ".join(
+            f"{f.filename.removeprefix(f'{REPO}/')}:{f.lineno} {f.name}" for f in frames
+        )
+        failed[name] = f"{type(e).__name__}: {e}"[:2000] + f" (at {where})"
+        say(f"part {name} FAILED: " + "".join(traceback.format_exception(e, limit=-3)).rstrip())
+        return False
+    return True
 
 
 def say(message):
@@ -256,32 +357,48 @@ def train_figures(figures, portal, accounts, runs, steps):
         spawn.stop_server(portal, client, name)
 
 
-def firstcell_figures(figures, portal, accounts, reps):
+def firstcell_figures(figures, portal, accounts, reps, cold_reps):
+    """Of each framework, ``cold_reps`` sessions each started right after the
+    page cache is emptied, then ``reps`` with what those read still cached
+    (warm)."""
     name = "bench003"
     client = users.login(portal, name, accounts[name])
     r = client.api("POST", f"/users/{name}/tokens", json={"expires_in": 3600})
     r.raise_for_status()
     token = r.json()["token"]
+
+    def first_cell(framework, what, i, count):
+        cached, size = firstcell.cached_mb(framework)
+        say(f"the {framework} environment: {cached:.0f} of {size:.0f} MB in the page cache")
+        try:
+            marks = firstcell.first_cell(portal, client, name, token, framework)
+        finally:
+            spawn.stop_server(portal, client, name)
+            portal.wait_no_jobs()
+        ready, kernel, imports = marks
+        say(
+            f"first cell of {framework}, {what} {i + 1}/{count} (s since the spawn request): "
+            f"ready {ready:.2f}, kernel {kernel:.2f}, imports {imports:.2f}"
+        )
+        return marks
+
     for framework in firstcell.FRAMEWORKS:
-        marks = []
-        for i in range(reps):
-            cached, size = firstcell.cached_mb(framework)
-            say(f"the {framework} environment: {cached:.0f} of {size:.0f} MB in the page cache")
-            try:
-                marks.append(firstcell.first_cell(portal, client, name, token, framework))
-            finally:
-                spawn.stop_server(portal, client, name)
-                portal.wait_no_jobs()
-            ready, kernel, imports = marks[-1]
-            say(
-                f"first cell of {framework} {i + 1}/{reps} (s since the spawn request): "
-                f"ready {ready:.2f}, kernel {kernel:.2f}, imports {imports:.2f}"
-            )
+        # cold first: each cold run reads what the warm ones then find cached
+        cold = []
+        for i in range(cold_reps):
+            firstcell.drop_caches()
+            cold.append(first_cell(framework, "cold", i, cold_reps))
+        marks = [first_cell(framework, "warm", i, reps) for i in range(reps)]
         ready, kernel, imports = (statistics.median(column) for column in zip(*marks, strict=True))
         figures.add(f"first_cell_ready_s_{framework}", ready)
         figures.add(f"first_cell_kernel_s_{framework}", kernel)
         figures.add(f"first_cell_imports_s_{framework}", imports)
         figures.add(f"first_cell_s_{framework}", imports)
+        if cold:
+            ready, kernel, imports = (statistics.median(c) for c in zip(*cold, strict=True))
+            figures.add(f"first_cell_cold_ready_s_{framework}", ready)
+            figures.add(f"first_cell_cold_kernel_s_{framework}", kernel)
+            figures.add(f"first_cell_cold_s_{framework}", imports)
 
 
 def batch_figures(figures, portal, accounts, reps):
@@ -330,8 +447,8 @@ def rpc_figures(figures, portal, stock, accounts, sessions, window):
         ):
             say(f"the {hub.name} hub: 1, then {sessions} sessions, {window} s each")
             one, many = rpcs.sessions_rates(hub, chosen, sessions, window, options)
-            figures.add(f"{prefix}slurm_rpcs_per_min_1", max(one - others, 0), 1)
-            figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0), 1)
+            figures.add(f"{prefix}slurm_rpcs_per_min_1", max(one - others, 0.0), 1)
+            figures.add(f"{prefix}slurm_rpcs_per_min_{sessions}", max(many - others, 0.0), 1)
 
 
 def remove_accounts(*hubs):
@@ -360,43 +477,97 @@ def parse_args(argv):
     parser.add_argument(
         "--firstcell-reps", type=int, default=3, help="sessions of each framework (3)"
     )
+    parser.add_argument(
+        "--firstcell-cold-reps",
+        type=int,
+        default=1,
+        help="sessions of each framework after emptying the page cache (1; 0: none)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="where the figures go as JSON (bench/results/YYYY-MM-DD.json, "
+        "or YYYY-MM-DD-HHMM.json when that exists)",
+    )
+    parser.add_argument(
+        "--no-targets",
+        action="store_true",
+        help="a missed target is printed but does not make the exit status 1",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv=None):
+    """Run the parts asked for, in ``PARTS``' order; one that fails is
+    reported and the others run. Exit status 1 if a part failed or (unless
+    ``--no-targets``) a target was missed."""
     args = parse_args(argv)
-    began = time.monotonic()
-    needed = max(3, args.users if "hub" in args.only else 0)  # bench003: firstcell
-    if "rpcs" in args.only:
+    began, started = time.monotonic(), datetime.now(UTC)
+    only = [part for part in PARTS if part in args.only]
+    needed = max(3, args.users if "hub" in only else 0)  # bench003: firstcell
+    if "rpcs" in only:
         needed = max(needed, args.sessions)
-    say(f"LDAP users bench001..bench{needed:03d}")
-    accounts = users.ensure_users(needed)
     portal, stock = hubs.portal_hub(), hubs.stock_hub()
-    figures = Figures()
-    try:
-        if {"spawn", "container", "sessions", "train", "firstcell", "batch", "hub"} & set(
-            args.only
-        ):
-            portal.start()
-        if "spawn" in args.only:
+    figures, failed = Figures(), {}
+    accounts = {}
+    portal_up = False  # a fresh portal hub: after a part's failure, started again
+
+    def prepare():
+        say(f"LDAP users bench001..bench{needed:03d}")
+        accounts.update(users.ensure_users(needed))
+
+    def with_portal(work):
+        def part():
+            nonlocal portal_up
+            if not portal_up:
+                portal.start()
+                portal_up = True
+            try:
+                work()
+            except Exception:
+                portal_up = False  # what the part left behind goes with a fresh hub
+                raise
+
+        return part
+
+    def spawn_part():
+        try:
             stock.start()
             spawn_figures(figures, portal, stock, accounts, args.reps)
+        finally:
             stock.stop()
-        if "container" in args.only:
-            container_figures(figures, portal, accounts, args.reps)
-        if "sessions" in args.only:
-            session_figures(figures, portal, accounts, args.reps)
-        if "train" in args.only:
-            train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
-        if "firstcell" in args.only:
-            firstcell_figures(figures, portal, accounts, args.firstcell_reps)
-        if "batch" in args.only:
-            batch_figures(figures, portal, accounts, args.reps)
-        if "hub" in args.only:
-            hub_figures(figures, portal, accounts, args.users, args.duration)
-        portal.stop()
-        if "rpcs" in args.only:
-            rpc_figures(figures, portal, stock, accounts, args.sessions, args.window)
+            stock.cancel_jobs()
+
+    def rpcs_part():
+        nonlocal portal_up
+        portal.stop()  # the load figures start each hub in lite mode
+        portal_up = False
+        rpc_figures(figures, portal, stock, accounts, args.sessions, args.window)
+
+    work = {
+        "spawn": with_portal(spawn_part),
+        "container": with_portal(lambda: container_figures(figures, portal, accounts, args.reps)),
+        "sessions": with_portal(lambda: session_figures(figures, portal, accounts, args.reps)),
+        "train": with_portal(
+            lambda: train_figures(figures, portal, accounts, args.train_runs, args.train_steps)
+        ),
+        "firstcell": with_portal(
+            lambda: firstcell_figures(
+                figures, portal, accounts, args.firstcell_reps, args.firstcell_cold_reps
+            )
+        ),
+        "batch": with_portal(lambda: batch_figures(figures, portal, accounts, args.reps)),
+        "hub": with_portal(
+            lambda: hub_figures(figures, portal, accounts, args.users, args.duration)
+        ),
+        "rpcs": rpcs_part,
+    }
+    try:
+        if run_part("accounts", prepare, failed):
+            for part in only:
+                run_part(part, work[part], failed)
+        else:
+            failed.update({part: "not run: the accounts failed" for part in only})
     finally:
         for hub in (portal, stock):
             hub.stop()
@@ -404,10 +575,45 @@ def main(argv=None):
         subprocess.run(["scancel", "--name", spawn.FLOOR_JOB], check=False)
         remove_accounts(portal, stock)
         say(f"done in {time.monotonic() - began:.0f} s")
-        for name, value in figures.items():
-            print(f"{name}: {value}")
-        for name, (op, target) in TARGETS.items():
-            if name in figures:
-                ok = figures[name] <= target if op == "<=" else figures[name] >= target
-                say(f"target {name} {op} {target}: {'met' if ok else 'MISSED'} ({figures[name]})")
-    return 0
+        status = report(args, figures, failed, started)
+    return status
+
+
+def report(args, figures, failed, started):
+    """Print every figure (stdout), each target met or MISSED and the failed
+    parts (stderr); write them all as JSON. The exit status."""
+    for name, value in figures.items():
+        print(f"{name}: {value}", flush=True)
+    checks = check_targets(figures)
+    for c in checks:
+        verdict = "met" if c["met"] else "MISSED"
+        say(f"target {c['figure']} {c['op']} {c['target']}: {verdict} ({c['value']})")
+    missed = [c["figure"] for c in checks if not c["met"]]
+    if missed:
+        ignored = " (--no-targets: not a failure)" if args.no_targets else ""
+        say(f"MISSED targets{ignored}: {', '.join(missed)}")
+    for part, reason in failed.items():
+        say(f"FAILED part {part}: {reason.splitlines()[0]}")
+    status = exit_status(failed, checks, enforce_targets=not args.no_targets)
+    path = args.json or json_path(started)
+    result = {
+        "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "started": started.isoformat(timespec="seconds"),
+        "ended": datetime.now(UTC).isoformat(timespec="seconds"),
+        "figures": dict(figures),
+        "failed_parts": failed,
+        "targets": checks,
+        "missed_targets": missed,
+        "exit_status": status,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as e:
+        say(f"the figures were not written to {path}: {e}")
+        return 1
+    say(f"figures written to {path}")
+    if failed:
+        say(f"FAILED: {', '.join(failed)}")
+    return status

@@ -9,8 +9,8 @@ Python and the session's thread settings (``SLURM_CPUS_ON_NODE``,
 ``images/sec: N on DEVICE``.
 
 Through the proxy is HTTPS, with the portal's certificate checked against its
-CA; the session's own server (the proxy's route target) is plain HTTP inside
-the cluster.
+CA; the session's own server (the proxy's route target) is reached with the
+hub's internal certificate (mutual TLS inside the cluster, ``[tls] internal``).
 """
 
 import asyncio
@@ -212,7 +212,9 @@ def stop_tensorboard(server_url, token, tb):
 
 
 def session_tensorboard(user):
-    """``(pid, argv)`` of the user's one TensorBoard (``portal.session.tensorboard.serve``)."""
+    """``(pid, argv)`` of the user's one TensorBoard (``portal.session.tensorboard.serve``).
+    Its socket (``--socket``) is in its job's own ``/tmp``: reached in the
+    process's mount namespace (``in_job``)."""
     pids = subprocess.run(
         ["pgrep", "-u", user, "-f", "portal.session.tensorboard.serve"],
         capture_output=True,
@@ -224,13 +226,22 @@ def session_tensorboard(user):
         return int(pids[0]), f.read().decode().rstrip("\0").split("\0")
 
 
+def in_job(pid):
+    """The command prefix that runs a command, as root, in the mount namespace of
+    the job's process ``pid``: its own ``/tmp`` (Slurm's ``job_container/tmpfs``),
+    where the session's TensorBoard socket is; the rest of the files are the
+    host's. Only the benchmark does this; the portal reaches the socket from
+    inside the job, through the session's server."""
+    return ("nsenter", f"--mount=/proc/{pid}/ns/mnt", "--")
+
+
 def tensorboard_times(server_url, target, user, token, tb, target_tls=(), requests_count=20):
     """Median seconds of one scalars request to the TensorBoard ``tb``: through the
     proxy, to the session's server (``target``, the proxy's route: no proxy hop;
     ``target_tls``: curl's options for it, the hub's internal certificate),
-    direct on TensorBoard's socket; and, for where the time goes, of the server's
-    smallest authenticated answer (``api/status``, no TensorBoard), through the
-    proxy and to the server."""
+    direct on TensorBoard's socket (in its job's ``/tmp``: ``in_job``); and,
+    for where the time goes, of the server's smallest authenticated answer
+    (``api/status``, no TensorBoard), through the proxy and to the server."""
     headers = {"Authorization": f"token {token}"}
     base = server_url.split("/user/")[0]
     url = base + tb["url"]
@@ -240,7 +251,8 @@ def tensorboard_times(server_url, target, user, token, tb, target_tls=(), reques
     tags.raise_for_status()
     run = sorted(run for run, run_tags in tags.json().items() if "train/loss" in run_tags)[-1]
     query = f"data/plugin/scalars/scalars?run={run}&tag=train/loss"
-    _, argv = session_tensorboard(user)
+    pid, argv = session_tensorboard(user)
+    job = in_job(pid)
     socket_path = argv[argv.index("--socket") + 1]
     auth = ("-H", f"Authorization: token {token}")
     proxy = ("--cacert", CA_CERT, *auth)  # the proxy's HTTPS, checked
@@ -250,7 +262,9 @@ def tensorboard_times(server_url, target, user, token, tb, target_tls=(), reques
         proxied.append(curl_seconds(*proxy, url + query))
         server.append(curl_seconds(*target_tls, *auth, target + tb["url"] + query))
         direct.append(
-            curl_seconds("--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}")
+            curl_seconds(
+                "--unix-socket", socket_path, f"http://tensorboard{tb['url']}{query}", prefix=job
+            )
         )
         status_proxied.append(curl_seconds(*proxy, base + status))
         status_server.append(curl_seconds(*target_tls, *auth, target + status))

@@ -6,6 +6,16 @@ the schema is kept by alembic migrations (portal/migrations, version table
 writes; the hub's spawner reads the enabled profiles at every spawn
 (``ProfileStore.profiles``), so an edit applies at the next spawn.
 
+The reads that every page makes (the profiles, the latest image checks, the
+notebook jobs, a user's sampled GPU use) are answered from memory
+(``ProfileStore._kept``) for as long as the database has not changed since
+they were read: a write of this process's own is seen at once (SQLAlchemy's
+``after_commit``), another process's through the database's own change
+count: SQLite's ``PRAGMA data_version`` on a connection kept for it (no
+table is read), PostgreSQL's ``pg_current_wal_lsn()`` (one round trip, no
+table read). So the hub's pages see the admin service's edit at their next
+render, and read nothing while nothing changed.
+
 Every change is a row of ``portal_profile_changes`` with its author, time and
 the profile before and after. Writes name the revision they edit: saving over
 a newer revision raises ``Conflict`` (optimistic locking), never overwrites.
@@ -26,7 +36,10 @@ check of its (image, framework) passed at the image's current stamp.
 """
 
 import asyncio
+import copy
 import logging
+import sqlite3
+import threading
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +78,7 @@ BUSY_SECONDS = 15  # the longest a call waits for the database (a lock, a statem
 APPLICATION = "portal"  # PostgreSQL's application_name of the store's connections
 MIGRATION_LOCK = 0x706F7274616C  # PostgreSQL's advisory lock of ``upgrade`` ("portal")
 REFUSALS_SECONDS = 5.0  # refusals counted in memory reach the table within this
+KEPT_READS = 2000  # reads kept in memory (``ProfileStore._kept_read``), at most
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 VERSION_TABLE = "portal_alembic_version"
@@ -360,6 +374,53 @@ class ProfileStore:
         self.Session = sessionmaker(self.engine, expire_on_commit=False)
         self._refused = Counter()  # refusals not yet in the table (``refused``)
         self._flush_due = False
+        # reads kept in memory (``_kept``): {key: (change mark, value)}
+        self._kept = {}
+        self._commits = 0  # this process's commits through ``Session``
+        self._version_lock = threading.Lock()
+        self._data_version = None  # SQLite's connection for ``PRAGMA data_version``
+        event.listen(self.Session, "after_commit", self._committed)
+
+    # -- reads kept in memory -------------------------------------------------
+
+    def _committed(self, _session):
+        self._commits += 1
+
+    def _change_mark(self):
+        """What changes whenever the database does: this process's commits,
+        and the database's own count of every connection's changes."""
+        with self._version_lock:
+            return (self._commits, self._database_version())
+
+    def _database_version(self):
+        if is_postgresql(self.url):
+            with self.engine.connect() as connection:
+                return str(connection.scalar(select(func.pg_current_wal_lsn())))
+        path = self.engine.url.database
+        if not path or path == ":memory:":
+            return None  # one connection's database: only its own commits change it
+        if self._data_version is None:
+            # its own connection: data_version counts the others' commits
+            self._data_version = sqlite3.connect(path, check_same_thread=False)
+        try:
+            return self._data_version.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            self._data_version.close()
+            self._data_version = None
+            return object()  # never equal: read the tables
+
+    def _kept_read(self, key, read, keep=copy.deepcopy):
+        """``read()``'s answer, from memory when the database has not changed
+        since it was read for ``key``; ``keep``'s copy of it, so a caller's
+        change to it stays its own."""
+        mark = self._change_mark()  # before the read: a write meanwhile reads again
+        kept = self._kept.get(key)
+        if kept is None or kept[0] != mark:
+            kept = (mark, read())
+            if len(self._kept) > KEPT_READS:
+                self._kept.clear()
+            self._kept[key] = kept
+        return keep(kept[1])
 
     # -- schema and seed ----------------------------------------------------
 
@@ -413,7 +474,10 @@ class ProfileStore:
     # -- reading ------------------------------------------------------------
 
     def profiles(self):
-        """Every profile, in spawn-page order."""
+        """Every profile, in spawn-page order (kept in memory, ``_kept_read``)."""
+        return self._kept_read(("profiles",), self._profiles, keep=list)  # Profile is frozen
+
+    def _profiles(self):
         with self.Session() as db:
             rows = db.scalars(select(ProfileRow).order_by(ProfileRow.position, ProfileRow.name))
             return [row.profile() for row in rows]
@@ -628,7 +692,14 @@ class ProfileStore:
     def session_gpu_use(self, job_ids=None, user=None, limit=5, exclude=()):
         """The sampled GPU use of sessions that held GPUs: those of ``job_ids``
         (``{job id: dict}``), or ``user``'s latest ``limit`` with samples,
-        newest first, but those of ``exclude`` (their running ones: a list)."""
+        newest first, but those of ``exclude`` (their running ones: a list).
+        A user's is kept in memory (``_kept_read``)."""
+        if job_ids is None:
+            key = ("session_gpu_use", user, limit, tuple(sorted(str(j) for j in exclude)))
+            return self._kept_read(key, lambda: self._session_gpu_use(None, user, limit, exclude))
+        return self._session_gpu_use(job_ids, user, limit, exclude)
+
+    def _session_gpu_use(self, job_ids, user, limit, exclude):
         with self.Session() as db:
             if job_ids is not None:
                 ids = {str(j) for j in job_ids}
@@ -657,7 +728,13 @@ class ProfileStore:
         return {j: found[str(j).split("_")[0]] for j in job_ids if str(j).split("_")[0] in found}
 
     def notebook_jobs(self, user=None, limit=200):
-        """The latest notebook jobs (``user``'s, or everyone's), newest first."""
+        """The latest notebook jobs (``user``'s, or everyone's), newest first
+        (kept in memory, ``_kept_read``)."""
+        return self._kept_read(
+            ("notebook_jobs", user, limit), lambda: self._notebook_jobs(user, limit)
+        )
+
+    def _notebook_jobs(self, user, limit):
         with self.Session() as db:
             query = select(NotebookJob).order_by(NotebookJob.submitted_at.desc()).limit(limit)
             if user is not None:
@@ -692,7 +769,10 @@ class ProfileStore:
         return row.to_dict()
 
     def latest_image_checks(self):
-        """{(image, framework): the latest check's dict}."""
+        """{(image, framework): the latest check's dict} (kept in memory, ``_kept_read``)."""
+        return self._kept_read(("latest_image_checks",), self._latest_image_checks)
+
+    def _latest_image_checks(self):
         with self.Session() as db:
             latest = (
                 select(func.max(ImageCheck.id))

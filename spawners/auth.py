@@ -17,7 +17,10 @@ Group membership is searched as [ldap] group_membership says
 allowed group (``posixGroup``: memberUid, ``groupOfNames``: member), or the
 user's own ``memberOf`` (``member_of``). ldapauthenticator's binds and
 searches are synchronous: a login runs them in a thread, as a refresh does,
-so that the hub's event loop is never held by the directory.
+so that the hub's event loop is never held by the directory. The
+directory's schema (which ldap3 reads and parses at every bind, by
+default: a tenth of the hub's time under a wave of logins) is read at the
+first bind only, and kept (``get_connection``).
 
 A user's hub name is their Unix account, spelled as NSS names it (it runs
 their Slurm jobs: ``sudo -u NAME sbatch``): names are not lowered
@@ -38,10 +41,17 @@ import math
 import pwd
 
 import ldap3
-from ldap3.core.exceptions import LDAPBindError, LDAPException, LDAPOperationResult
+from ldap3.core.exceptions import (
+    LDAPBindError,
+    LDAPException,
+    LDAPOperationResult,
+    LDAPSocketOpenError,
+)
 from ldap3.core.results import RESULT_NO_SUCH_OBJECT, RESULT_SUCCESS
+from ldap3.core.tls import Tls
 from ldap3.utils.dn import escape_rdn
 from ldapauthenticator import LDAPAuthenticator
+from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
 from traitlets import Bool, Float, Instance, Integer, List, default
 
@@ -488,6 +498,46 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             return then(conn, found, username, userdn)
         finally:
             conn.unbind()
+
+    def get_connection(self, userdn, password):
+        """ldapauthenticator 2.0.2's ``get_connection`` (a connection bound as
+        ``userdn``, None when the bind is refused; TLS as ``tls_strategy``
+        says), with the directory's schema read at the first bind only: ldap3
+        reads it at every bind of a server that asks for it, and parsing it
+        holds the interpreter, the hub's event loop's too, for milliseconds."""
+        if self.tls_strategy == TlsStrategy.on_connect:
+            use_ssl, auto_bind = True, ldap3.AUTO_BIND_NO_TLS
+        elif self.tls_strategy == TlsStrategy.before_bind:
+            use_ssl, auto_bind = False, ldap3.AUTO_BIND_TLS_BEFORE_BIND
+        else:  # TlsStrategy.insecure
+            use_ssl, auto_bind = False, ldap3.AUTO_BIND_NO_TLS
+        schema = self._ldap_schema
+        server = ldap3.Server(
+            self.server_address,
+            port=self.server_port,
+            use_ssl=use_ssl,
+            tls=Tls(**self.tls_kwargs),
+            get_info=ldap3.NONE if schema is not None else ldap3.SCHEMA,
+        )
+        if schema is not None:
+            server.attach_schema_info(schema)
+        try:
+            conn = ldap3.Connection(server, user=userdn, password=password, auto_bind=auto_bind)
+        except LDAPSocketOpenError as e:
+            if "handshake" in str(e).lower():
+                self.log.error(
+                    "A TLS handshake with the LDAP server failed: check "
+                    "LDAPAuthenticator.tls_strategy and tls_kwargs against the server's"
+                )
+            raise
+        except LDAPBindError as e:
+            self.log.debug("Failed to bind %s: %s", userdn, e.args[0] if e.args else "")
+            return None
+        if schema is None and server.schema is not None:
+            self._ldap_schema = server.schema  # read once, kept for the hub's life
+        return conn
+
+    _ldap_schema = None  # the directory's schema, from the first bind (get_connection)
 
     def check_allow_config(self):
         """Refuse, at hub start, admin groups that are never looked up at login."""

@@ -499,7 +499,7 @@ def configure_culling(c, settings):
 
 def configure_spawner(c, settings):
     from portal.notebookjobs import NotebookJobs
-    from spawners import gpu_use, jupyterhub_patches, metrics, route_check
+    from spawners import gpu_use, jupyterhub_patches, metrics, quota, route_check
     from spawners.job_notices import JobNotices, hub_lookup_mail
     from spawners.poller import SlurmPoller
 
@@ -513,6 +513,8 @@ def configure_spawner(c, settings):
     # not with a 500; the session card's "Extend by N hours" and GPU figures
     notebook_jobs = NotebookJobs(profiles.store, settings)
     jupyterhub_patches.install_routes(profiles.store, notebook_jobs)
+    # a page's user from its login cookie, and a user by name, without a query
+    jupyterhub_patches.install_user_lookups()
     # the notebook jobs' starts and ends, with the sessions' notices (the shared poll's)
     notices = SlurmPoller.instance(slurm["job_name"]).notices
     notices.sender = notices.sender or site_settings.mail_from(settings)
@@ -528,6 +530,8 @@ def configure_spawner(c, settings):
         active_spawners, SlurmPoller.instance(slurm["job_name"]), job_notices, profiles.store,
         sampler, routes,
     )  # fmt: skip
+    # each user's QOS read as they log in, ahead of their first spawn page
+    c.Authenticator.post_auth_hook = quota.read_ahead_at_login(slurm["job_name"], profiles)
     c.PortalSpawner.cluster_snapshot = site_settings.cluster_snapshot(settings)
     c.PortalSpawner.poll_interval_slurm = slurm["poll_interval"]
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))

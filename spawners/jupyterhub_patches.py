@@ -108,6 +108,84 @@ def mark_cookie_request(handler):
         handler._token_authenticated = False
 
 
+# -- the login cookie's user, from memory ----------------------------------------
+
+COOKIE_USERS_MAX = 100_000  # cookie ids and names kept (``install_user_lookups``)
+
+
+def install_user_lookups():
+    """A page's user from its login cookie, and a user by name, without a
+    database query (idempotent).
+
+    JupyterHub 6.1.1's ``BaseHandler._user_for_cookie`` finds the user of
+    every cookie-authenticated request with ``query(orm.User).filter(
+    cookie_id == ...)``, which loads the user's roles and groups as well
+    (``selectin``): under 200 browsing users a third of the hub's time went
+    there. Here a cookie id found once is kept in memory with its user's id;
+    its next request is answered from the hub's own ``users`` (its
+    ``UserDict``, what the query's answer is looked up in), while that user
+    is still there and still holds that cookie id. JupyterHub 6.1.1 never
+    changes a user's ``cookie_id`` (it is set when the user is made), and a
+    deleted user leaves ``users`` (``UserDict.delete``); any other cookie
+    goes the original way, which still clears the invalid ones. The secure
+    cookie's signature and age are checked at every request, as before.
+    ``find_user`` (a user by name: the REST API's user routes) is kept the
+    same way: a name's user id, answered while that user still has the name
+    (a renamed user's old name goes the original way, and finds no one).
+    """
+    from jupyterhub.handlers.base import BaseHandler
+
+    original = BaseHandler._user_for_cookie
+    if getattr(original, "portal_cookie_users", False):
+        return
+    kept = {}  # cookie id: the user's id
+
+    def _user_for_cookie(self, cookie_name, cookie_value=None):
+        cookie_id = self.get_secure_cookie(
+            cookie_name, cookie_value, max_age_days=self.cookie_max_age_days
+        )
+        cookie_id = cookie_id.decode("utf8", "replace") if cookie_id is not None else None
+        user_id = kept.get(cookie_id)
+        if user_id is not None and user_id in self.users:
+            user = self.users[user_id]
+            if user.orm_user.cookie_id == cookie_id:
+                user.db = self.db
+                if self._record_activity(user):
+                    self.db.commit()
+                return user
+        user = original(self, cookie_name, cookie_value)
+        if user is not None and cookie_id is not None:
+            if len(kept) >= COOKIE_USERS_MAX:
+                kept.clear()
+            kept[cookie_id] = user.id
+        return user
+
+    _user_for_cookie.portal_cookie_users = True
+    BaseHandler._user_for_cookie = _user_for_cookie
+
+    find_user = BaseHandler.find_user
+    named = {}  # user name: the user's id
+
+    def find_user_by_name(self, name):
+        """JupyterHub's ``find_user`` (``orm.User.find``: a query per REST
+        call on a user, each open tab's status poll), answered from the hub's
+        ``users`` while the id found for ``name`` still has that name."""
+        user_id = named.get(name)
+        if user_id is not None and user_id in self.users:
+            user = self.users[user_id]
+            if user.orm_user.name == name:
+                user.db = self.db
+                return user
+        user = find_user(self, name)
+        if user is not None:
+            if len(named) >= COOKIE_USERS_MAX:
+                named.clear()
+            named[name] = user.id
+        return user
+
+    BaseHandler.find_user = find_user_by_name
+
+
 # -- the hub's pages on its own host -------------------------------------------
 
 

@@ -247,8 +247,15 @@ class SlurmPoller:
         """Make ``partitions`` what an sinfo begun at most ``max_age`` seconds
         ago saw (a node that went down shows on the next spawn page, not after
         ``cluster_interval``), waiting at most ``timeout`` seconds; the last
-        known state otherwise. Concurrent callers share one sinfo."""
-        if time.monotonic() - self._sinfo_started <= max_age:
+        known state otherwise. Concurrent callers share one sinfo. One past
+        half ``max_age`` is read anew meanwhile, for the pages after."""
+        age = time.monotonic() - self._sinfo_started
+        if age <= max_age:
+            if age > max_age / 2:
+                # read anew ahead of time, not awaited: under steady use no
+                # page waits for sinfo, and each still sees one at most
+                # max_age old
+                self._refresh_partitions()
             return
         self.ensure_running()
         try:

@@ -43,6 +43,7 @@ class Quotas:
         self.read = False  # whether a query has answered
         self._limits_at = -float("inf")
         self._user_qos = {}  # (user, partition) -> (qos, monotonic time read)
+        self._asking = {}  # (user, partition) -> the sacctmgr under way (a Task)
 
     async def refresh(self):
         """Everyone's usage (one scontrol), and the limits when older than
@@ -61,11 +62,38 @@ class Quotas:
         return True
 
     async def user_qos(self, username, partition):
-        """The QOS ``username``'s sessions on ``partition`` run under ("": none known)."""
-        known = self._user_qos.get((username, partition))
-        if known and time.monotonic() - known[1] < KEEP_SECONDS:
+        """The QOS ``username``'s sessions on ``partition`` run under ("": none
+        known). One kept for less than ``KEEP_SECONDS`` is answered at once;
+        an older one is answered too, and read anew meanwhile for the next
+        page; one never read waits for its read (shared by concurrent callers)."""
+        key = (username, partition)
+        known = self._user_qos.get(key)
+        if known is not None:
+            if time.monotonic() - known[1] >= KEEP_SECONDS:
+                self._ask_qos(key)
             return known[0]
-        qos = await slurm.default_qos(username, partition, timeout=self.poller.timeout)
+        return await asyncio.shield(self._ask_qos(key))
+
+    def warm(self, username, partitions):
+        """Start reading ``username``'s QOS on each of ``partitions`` that is
+        not known yet (at login: their first spawn page then waits for none)."""
+        for partition in partitions:
+            if (username, partition) not in self._user_qos:
+                self._ask_qos((username, partition))
+
+    def _ask_qos(self, key):
+        """The Task reading ``key``'s QOS: the one under way, or a new one."""
+        task = self._asking.get(key)
+        if task is None or task.done():
+            task = self._asking[key] = asyncio.ensure_future(self._read_qos(*key))
+            task.add_done_callback(_retrieved)  # a read nobody awaits still says it failed
+        return task
+
+    async def _read_qos(self, username, partition):
+        try:
+            qos = await slurm.default_qos(username, partition, timeout=self.poller.timeout)
+        finally:
+            self._asking.pop((username, partition), None)
         if not qos:
             log.warning(
                 "No QOS is known for %s's jobs on partition %s (sacctmgr shows no default "
@@ -88,6 +116,27 @@ class Quotas:
         if not qos or self.error or qos not in self.limits:
             return None
         return GpuQuota(qos, self.limits[qos], self.usage.get(qos, {}).get(uid, 0))
+
+
+def _retrieved(task):
+    """A QOS read's failure, logged (read ahead, nobody else may see it)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("A QOS read ahead of a spawn page failed: %s", task.exception())
+
+
+def read_ahead_at_login(job_name, profiles):
+    """JupyterHub's ``Authenticator.post_auth_hook``: at each login, the
+    user's QOS on the partitions of the enabled ``profiles()`` starts being
+    read (``Quotas.warm``), so that their first spawn page waits for none."""
+    from .poller import SlurmPoller
+
+    def hook(authenticator, handler, authentication):
+        if authentication and authentication.get("name"):
+            partitions = {p.partition for p in profiles() if p.enabled}
+            SlurmPoller.instance(job_name).quotas.warm(authentication["name"], sorted(partitions))
+        return authentication
+
+    return hook
 
 
 # -- what the spawner asks ---------------------------------------------------

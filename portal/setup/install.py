@@ -67,6 +67,17 @@ PROXY_CERTS = (
     "hub-ca/hub-ca.crt",
     "proxy-client-ca_trust.crt",
 )
+# Where root's commands are looked for, whatever PATH portal setup was given
+# (deploy/hub.sh's clean environment has no sbin).
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def root_command(name):
+    """The absolute path of root's command ``name`` on ROOT_PATH (the name
+    itself when it is on none, so that running it says what is missing)."""
+    return shutil.which(name, path=ROOT_PATH) or name
+
+
 PREREQUISITES = {
     "configurable-http-proxy": "npm install -g configurable-http-proxy (Node.js 18 or later)",
     "sudo": "install sudo 1.9.10 or later",
@@ -316,11 +327,10 @@ def missing_prerequisites(settings):
     """What the portal needs and does not install, each missing one named
     with its fix ([] when none is). Slurm's commands are looked for in
     [slurm] bin_dir."""
-    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     missing = [
         f"{name} not found on PATH: {fix}"
         for name, fix in PREREQUISITES.items()
-        if not shutil.which(name, path=path)
+        if not shutil.which(name, path=ROOT_PATH)
     ]
     slurm = slurm_commands.missing_commands(slurm_bin(settings))  # the hub's start check's
     return missing + ([slurm] if slurm else [])
@@ -343,7 +353,7 @@ def ensure_accounts(settings):
             continue
         except KeyError:
             pass
-        argv = ["useradd", "--system", "--user-group", "--no-create-home",
+        argv = [root_command("useradd"), "--system", "--user-group", "--no-create-home",
                 "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", user]  # fmt: skip
         if subprocess.run(argv).returncode:
             raise SetupError(f"could not create the system account {user} (useradd)")
@@ -452,7 +462,7 @@ def install_sudoers(settings):
         return
     tmp = Path(f"{SUDOERS}.tmp")
     replace_file(tmp, content, 0o440)
-    if subprocess.run(["visudo", "-c", "-q", "-f", str(tmp)]).returncode:
+    if subprocess.run([root_command("visudo"), "-c", "-q", "-f", str(tmp)]).returncode:
         tmp.unlink()
         raise SetupError("the sudoers rule is not valid (visudo -c)")
     os.replace(tmp, SUDOERS)
@@ -675,7 +685,7 @@ def uninstall(settings, purge=False, prefix=None):
     _rmdir(RUN_ROOT, LOG_ROOT)
     if not others:
         for user in read_manifest().get("accounts", []):
-            if subprocess.run(["userdel", user], capture_output=True).returncode == 0:
+            if subprocess.run([root_command("userdel"), user], capture_output=True).returncode == 0:
                 gone.append(f"the system account {user}")
         # the folders setup made above its own, deepest first, when empty
         for folder in sorted(read_manifest().get("folders", []), key=len, reverse=True):

@@ -101,6 +101,27 @@ def test_hub_login_checks_the_certificate(accounts, other_ca):
     assert refused.value.status_code == 503
 
 
+def test_the_directorys_schema_is_read_at_the_first_bind_only(accounts, monkeypatch):
+    site = settings.load()
+    c = Config()
+    configure_auth(c, site)
+    auth = PortalLDAPAuthenticator(config=c)
+    reads = []
+    original = ldap3.Server._get_schema_info
+    monkeypatch.setattr(
+        ldap3.Server,
+        "_get_schema_info",
+        lambda self, *a, **k: reads.append(1) or original(self, *a, **k),
+    )
+    alice, bob = accounts["alice"], accounts["bob"]
+    for name, password in (("alice", alice["password"]), ("bob", bob["password"])) * 2:
+        model = asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
+        assert model["name"] == name and "portal-users" in model["groups"]
+    assert len(reads) == 1 and auth._ldap_schema is not None
+    # a refused password is still refused, with the schema kept
+    assert asyncio.run(auth.authenticate(None, {"username": "bob", "password": "wrong"})) is None
+
+
 def test_nslcd_uses_starttls_and_checks_the_certificate(cluster):
     with open("/etc/nslcd.conf") as f:
         lines = {line.strip() for line in f}

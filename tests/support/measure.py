@@ -17,10 +17,11 @@ def job_info_rpcs():
     return total
 
 
-def curl_seconds(*args):
-    """curl's total time for one request (``args`` end with the URL); it must answer 200."""
+def curl_seconds(*args, prefix=()):
+    """curl's total time for one request (``args`` end with the URL); it must answer 200.
+    ``prefix``: a command that runs curl (``nsenter ... --``)."""
     out = subprocess.run(
-        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", *args],
+        [*prefix, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", *args],
         capture_output=True,
         text=True,
         check=True,

@@ -10,7 +10,7 @@ import pytest
 from tornado import web
 
 from portal.slurm import commands
-from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (a fixture)
+from tests.unit.test_spawner_lifecycle import runner, spawner, submitted  # noqa: F401 (a fixture)
 
 
 def quota_of(page):
@@ -39,7 +39,7 @@ async def test_a_request_past_the_qos_is_refused_before_anything_is_submitted(ru
     assert refused.value.status_code == 400
     assert refused.value.log_message.startswith("2 GPUs is more than you may ask for now")
     assert "Ask for at most 1" in refused.value.log_message
-    assert not [argv for argv in runner.calls if commands.command("sbatch") in argv]
+    assert not submitted(runner)
     # read anew at submission: the usage just before sbatch, not the page's
     assert [commands.command("scontrol"), "show", "assoc_mgr", "flags=qos"] in runner.calls
 
@@ -87,8 +87,43 @@ async def test_the_gpus_of_sessions_still_starting_count_too(runner):  # noqa: F
         "you hold 1 of the 4 GPUs that QOS portal lets you use at once, and 2 more in "
         "sessions starting. Ask for at most 1" in refused.value.log_message
     )
-    assert not [argv for argv in runner.calls if commands.command("sbatch") in argv]
+    assert not submitted(runner)
     s.user_options = {"gpus": "1", "hours": "1"}
     s.job_slice = None
     await s.submit_batch_script()  # 1 + 2 + 1: within the 4
     assert s.job_id == "4242"
+
+
+async def test_a_users_qos_is_read_once_at_a_time_and_an_old_one_answers_while_read_anew(
+    monkeypatch,
+):
+    import asyncio
+    from types import SimpleNamespace
+
+    from spawners import quota
+
+    asked, answer = [], {"qos": "normal"}
+
+    async def default_qos(username, partition, timeout):
+        asked.append((username, partition))
+        await asyncio.sleep(0.01)
+        return answer["qos"]
+
+    monkeypatch.setattr(commands, "default_qos", default_qos)
+    quotas = quota.Quotas(SimpleNamespace(timeout=5))
+    quotas.warm("ann", ["gpu", "cpu"])  # at login: read ahead, not awaited
+    # a page meanwhile shares the read under way
+    assert await quotas.user_qos("ann", "gpu") == "normal"
+    await asyncio.sleep(0.05)
+    assert sorted(asked) == [("ann", "cpu"), ("ann", "gpu")]
+    assert (
+        await asyncio.gather(*(quotas.user_qos("ann", "gpu") for _ in range(5))) == ["normal"] * 5
+    )
+    assert len(asked) == 2  # kept: no read
+    # past KEEP_SECONDS: the old answer at once, the new one for the next page
+    answer["qos"] = "long"
+    qos, when = quotas._user_qos[("ann", "gpu")]
+    quotas._user_qos[("ann", "gpu")] = (qos, when - quota.KEEP_SECONDS - 1)
+    assert await quotas.user_qos("ann", "gpu") == "normal"
+    await asyncio.sleep(0.05)
+    assert await quotas.user_qos("ann", "gpu") == "long" and len(asked) == 3

@@ -5,9 +5,12 @@ tests/unit/test_internal_tls.py's ``test_contexts_trust_the_internal_cas_alone``
 
 import doctest
 import inspect
+import logging
+import re
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 from jupyterhub.app import JupyterHub
 from jupyterhub.handlers.base import BaseHandler
@@ -131,3 +134,79 @@ def test_a_named_server_is_removed_as_jupyterhubs_api_removes_it():
     assert "self.db.delete(spawner.orm_spawner)" in source
     assert "user.spawners.pop(server_name, None)" in source
     assert callable(User._delete_spawner)
+
+
+def test_jupyterhub_finds_a_cookies_user_by_a_cookie_id_it_never_changes():
+    """install_user_lookups keeps a cookie id's user while JupyterHub 6.1.1
+    looks users up by cookie_id and never assigns one after a user is made."""
+    from jupyterhub import handlers, orm
+
+    pkg = Path(handlers.__file__).parent.parent
+    source = (pkg / "handlers" / "base.py").read_text()
+    assert "orm.User.cookie_id == cookie_id" in source
+    # find_user is orm.User.find by name, looked up in the hub's users
+    assert "orm_user = orm.User.find(db=self.db, name=name)" in source
+    code = "\n".join(p.read_text() for p in pkg.rglob("*.py") if "tests" not in p.parts)
+    assert re.findall(r"\.cookie_id\s*=[^=]", code) == []
+    assert orm.User.cookie_id.property.columns[0].unique
+
+
+def test_a_cookies_user_comes_from_memory_while_it_is_still_that_users(monkeypatch):
+    from jupyterhub import orm
+    from jupyterhub.user import UserDict
+
+    monkeypatch.setattr(BaseHandler, "_user_for_cookie", BaseHandler._user_for_cookie)
+    monkeypatch.setattr(BaseHandler, "find_user", BaseHandler.find_user)
+    db = orm.new_session_factory("sqlite:///:memory:")()
+    alice, bob = orm.User(name="alice"), orm.User(name="bob")
+    db.add_all([alice, bob])
+    db.commit()
+    alice_cookie = alice.cookie_id
+    queries = []
+
+    class Handler:  # what _user_for_cookie uses of a BaseHandler
+        cookie_max_age_days = 14
+        settings = {"activity_resolution": 30}
+        _record_activity = BaseHandler._record_activity
+        _user_from_orm = BaseHandler._user_from_orm
+        hub = type("Hub", (), {"base_url": "/hub/"})
+        log = logging.getLogger("test")
+
+        def __init__(self, cookie):
+            self.cookie, self.db = cookie, db
+            self.users = users
+
+        def get_secure_cookie(self, name, value=None, max_age_days=None):
+            return self.cookie.encode() if self.cookie else None
+
+        def get_cookie(self, name):
+            return self.cookie
+
+        def clear_cookie(self, *args, **kwargs):
+            pass
+
+    users = UserDict(lambda: db, {})
+    jupyterhub_patches.install_user_lookups()
+    jupyterhub_patches.install_user_lookups()  # idempotent
+    lookup = BaseHandler._user_for_cookie
+    from sqlalchemy import event
+
+    event.listen(db.bind, "before_cursor_execute", lambda *a: queries.append(a[2]))
+    assert lookup(Handler(alice.cookie_id), "c").name == "alice"
+    queries.clear()
+    assert lookup(Handler(alice.cookie_id), "c").name == "alice"
+    assert [q for q in queries if q.startswith("SELECT")] == []  # from memory
+    assert lookup(Handler(bob.cookie_id), "c").name == "bob"
+    assert lookup(Handler("no-such-cookie-id"), "c") is None
+    # a user by name, the same way
+    find = BaseHandler.find_user
+    assert find(Handler(None), "bob").name == "bob"
+    queries.clear()
+    assert find(Handler(None), "bob").name == "bob" and queries == []
+    bob.name = "robert"  # renamed: the old name finds no one
+    db.commit()
+    assert find(Handler(None), "bob") is None
+    assert find(Handler(None), "robert").name == "robert"
+    users.delete(alice)  # a deleted user's cookie finds no one, nor their name
+    assert lookup(Handler(alice_cookie), "c") is None
+    assert find(Handler(None), "alice") is None

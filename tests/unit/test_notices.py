@@ -12,7 +12,7 @@ from portal.core.profiles import ProfileError
 from portal.slurm.model import Job
 from spawners import form
 from spawners.notices import Followed, Notices, message
-from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (a fixture)
+from tests.unit.test_spawner_lifecycle import runner, spawner, submitted  # noqa: F401 (a fixture)
 
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 
@@ -123,7 +123,7 @@ async def test_a_session_with_notices_needs_an_address(runner):  # noqa: F811
         await s.submit_batch_script()
     assert refused.value.status_code == 400
     assert "no e-mail address in the directory" in refused.value.log_message
-    assert not [argv for argv in runner.calls if "/usr/bin/sbatch" in argv]
+    assert not submitted(runner)
 
 
 async def test_the_address_and_what_was_sent_survive_a_hub_restart(runner):  # noqa: F811

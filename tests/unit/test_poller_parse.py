@@ -1,4 +1,5 @@
 import json
+import time
 from datetime import datetime
 
 import pytest
@@ -137,3 +138,37 @@ def test_a_node_that_is_down_or_not_responding_offers_no_free_gpus(state, availa
     node = Node("n1", ("gpu",), 4, 1, 32, 8, 196608, 49152, state)
     assert node.available is available
     assert node.gpus_free == (3 if available else 0)
+
+
+def test_the_spawn_pages_sinfo_is_read_anew_ahead_of_time_without_waiting(monkeypatch):
+    import asyncio
+
+    from portal.slurm import commands
+
+    reads = []
+
+    async def partitions(timeout):  # Slurm's sinfo, faked in this unit test only
+        reads.append(time.monotonic())
+        await asyncio.sleep(0.05)
+        return {}
+
+    async def run():
+        poller = SlurmPoller("unit-test-ahead")
+        monkeypatch.setattr(commands, "partitions", partitions)
+        monkeypatch.setattr(poller, "ensure_running", lambda: None)
+        monkeypatch.setattr(poller.quotas, "refresh", lambda: asyncio.sleep(0))
+        monkeypatch.setattr(poller, "write_snapshot", lambda: None)
+        await poller.partitions_since(5.0, timeout=2.0)  # none yet: waits for one
+        assert len(reads) == 1
+        await poller.partitions_since(5.0, timeout=2.0)  # fresh: nothing
+        assert len(reads) == 1
+        poller._sinfo_started -= 3.0  # past half its age: read anew, not awaited
+        await poller.partitions_since(5.0, timeout=2.0)
+        assert not poller._sinfo_inflight.done()  # the page did not wait for it
+        await asyncio.sleep(0)  # the read begins
+        assert len(reads) == 2
+        await poller.partitions_since(5.0, timeout=2.0)  # shares the read under way
+        await asyncio.sleep(0.1)
+        assert len(reads) == 2 and time.monotonic() - poller._sinfo_started < 1.0
+
+    asyncio.run(run())

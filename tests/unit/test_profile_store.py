@@ -312,3 +312,44 @@ def test_image_checks_are_kept_and_the_latest_per_image_and_framework_is_found(s
         ("", True), ("pytorch", True), ("pytorch", False),
     ]  # fmt: skip
     assert len(store.image_checks()) == 4 and len(store.image_checks(limit=1)) == 1
+
+
+def statements(store):
+    """The SQL statements ``store``'s engine runs from here on (a list)."""
+    from sqlalchemy import event
+
+    seen = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    return seen
+
+
+def job(job_id, user):
+    return dict(job_id=job_id, user=user, notebook="a.ipynb", profile="pytorch", gpus=1,
+                nodes=1, hours=1, kernel="python3", submitted_by=user)  # fmt: skip
+
+
+def test_reads_are_kept_until_the_database_changes_in_this_process_or_another(tmp_path):
+    hub = ProfileStore(default_url(tmp_path))
+    hub.upgrade()
+    hub.seed(SEED)
+    service = ProfileStore(default_url(tmp_path))  # another process's store, same file
+    hub.record_notebook_job(**job("7", "alice"))
+    first = (hub.profiles(), hub.latest_image_checks(), hub.notebook_jobs(user="alice"))
+    sql = statements(hub)
+    again = (hub.profiles(), hub.latest_image_checks(), hub.notebook_jobs(user="alice"))
+    assert again == first and sql == []  # nothing changed: no table read
+    again[2][0]["notebook"] = "mine.ipynb"  # a caller's change stays its own
+    assert hub.notebook_jobs(user="alice")[0]["notebook"] == "a.ipynb"
+    # another process's edit is seen at the next read
+    service.update(dataclasses.replace(service.get("mxnet"), max_gpus=1), 1, "carol")
+    assert [p.max_gpus for p in hub.profiles() if p.name == "mxnet"] == [1]
+    service.record_image_check("img", "pytorch", "1:2", True, "works", [], "carol")
+    assert list(hub.latest_image_checks()) == [("img", "pytorch")]
+    # and this process's own write too
+    hub.record_notebook_job(**job("8", "alice"))
+    assert [j["id"] for j in hub.notebook_jobs(user="alice")] == ["8", "7"]
+    hub.profiles()
+    assert sql  # those read the tables, once
+    sql.clear()
+    hub.profiles(), hub.notebook_jobs(user="alice")
+    assert sql == []

@@ -333,3 +333,11 @@ def test_setup_notes_the_folders_it_makes_above_its_own_and_no_other(tmp_path, m
     install.note_new_folders(tmp_path / "var" / "hub")  # its parent is there already
     folders = install.read_manifest()["folders"]
     assert folders == [str(tmp_path / "var" / "lib"), str(tmp_path / "var" / "lib" / "portal")]
+
+
+def test_root_commands_are_found_without_sbin_on_path(monkeypatch):
+    # deploy/hub.sh runs portal setup with PATH=/usr/local/bin:/usr/bin:/bin
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    visudo = install.root_command("visudo")
+    assert os.path.isabs(visudo) and os.access(visudo, os.X_OK)
+    assert install.root_command("no-such-command-here") == "no-such-command-here"

@@ -64,6 +64,13 @@ class Runner:
         raise AssertionError(f"unexpected command {argv}")
 
 
+def submitted(runner):
+    """The sbatch calls of ``runner`` that submit a job (not the poller's
+    ``--test-only`` estimates of expected starts, which may run meanwhile)."""
+    sbatch = commands.command("sbatch")
+    return [argv for argv in runner.calls if sbatch in argv and "--test-only" not in argv]
+
+
 @pytest.fixture
 def runner(monkeypatch):
     runner = Runner()
