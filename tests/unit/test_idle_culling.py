@@ -84,7 +84,9 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
     c = hub_config({"idle_minutes": 90.0, "every_seconds": 30})
     culler = c.JupyterHub.services[1]
     assert culler["name"] == CULLER_SERVICE
-    assert culler["command"][1:] == [
+    # ended with the hub (SIGTERM when the hub's process ends)
+    assert culler["command"][:4] == ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"]
+    assert culler["command"][5:] == [
         "-m",
         "jupyterhub_idle_culler",
         "--timeout=5400",
@@ -93,7 +95,7 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
     ]
     # with the hub's internal_ssl, it calls the hub with the hub's internal certificate
     c = hub_config({"idle_minutes": 90.0, "every_seconds": 30}, internal_tls=True)
-    assert c.JupyterHub.services[1]["command"][6:] == [
+    assert c.JupyterHub.services[1]["command"][10:] == [
         "--ssl-enabled=true",
         "--internal-certs-location=/s/internal-ssl",
     ]
