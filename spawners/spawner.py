@@ -164,6 +164,12 @@ class PortalSpawner(
             slurm_bin_dir=self.slurm_bin_dir,
         )  # fmt: skip
         env.update({k: v for k, v in told.to_environ().items() if v})
+        if self.activity_interval > 0:
+            # the session's own reporter (portal.session.activity) sends what
+            # JupyterHub's singleuser server would, and more: that one's
+            # reports (one of them at its start, beside the port report and
+            # the hub's first check) are off
+            env["JUPYTERHUB_ACTIVITY_INTERVAL"] = "0"
         return env
 
     def cmd_formatted_for_batch(self):
