@@ -261,7 +261,11 @@ class PortalSpawner(
         self.port_reported = True
         if self._port_event:
             self._port_event.set()
-        self.poller.poke()  # find the node now rather than at the next tick
+        job = self.poller.job(self.job_id) if self.job_id else None
+        if not (job and job.running and job.node):
+            # find the node now rather than at the next tick; when the poll
+            # has seen it, no squeue runs while the hub checks the server
+            self.poller.poke()
 
     async def start(self):
         self._began, began_wall = time.monotonic(), time.time()
