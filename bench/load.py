@@ -114,6 +114,37 @@ async def _run(base, accounts, duration, think, poll):
     return timings, failures
 
 
+# JupyterHub's own log line of a request: its status, path and tornado's request time
+HANDLER_LINE = re.compile(r"\] (\d{3}) GET (/hub/[^\s?]*)\S* \([^)]*\) ([\d.]+)ms$")
+HANDLER_PAGES = {"/hub/login": "login", "/hub/spawn": "spawn", "/hub/home": "home"}
+
+
+def handler_times(log_lines):
+    """{page: [ms, ...]}: the time the hub itself took for each page of the
+    load (tornado's request time, from the hub's log lines), without the
+    proxy, TLS and the client's side.
+
+    >>> handler_times([
+    ...     "[I 2026 JupyterHub log:192] 200 GET /hub/spawn (bench001@127.0.0.1) 16.02ms",
+    ...     "[I 2026 JupyterHub log:192] 200 GET /hub/api/users/bench002 (b@1) 8.12ms",
+    ...     "[I 2026 JupyterHub log:192] 200 GET /hub/api/users?state=[secret] (c@1) 7.70ms",
+    ...     "[I 2026 JupyterHub log:192] 302 GET /hub/ (bench001@127.0.0.1) 1.00ms",
+    ... ])
+    {'login': [], 'spawn': [16.02], 'home': [], 'api': [8.12]}
+    """
+    times = {page: [] for page in (*PAGES, "api")}
+    for line in log_lines:
+        match = HANDLER_LINE.search(line.rstrip())
+        if not match or match.group(1) != "200":
+            continue
+        path, ms = match.group(2), float(match.group(3))
+        if path in HANDLER_PAGES:
+            times[HANDLER_PAGES[path]].append(ms)
+        elif path.startswith("/hub/api/users/") and "/" not in path[len("/hub/api/users/") :]:
+            times["api"].append(ms)
+    return times
+
+
 def p95(values):
     return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else 0.0
 

@@ -20,6 +20,9 @@ Figures (medians over repeated runs):
   REST API's status polls under 200 simulated users (``bench/load.py``: 2 to
   8 s between pages, a poll every 10 s), and ``hub_p95_ms_PAGE`` of each;
   ``hub_p95_ms_stress...``: the same users at 0.5 to 1.5 s between pages;
+  ``hub_handler_p95_ms[_stress]_PAGE``: the hub's own time for each page
+  (tornado's request time, from the hub's log), the rest of the client's
+  being the proxy, TLS and the wait for the hub's event loop;
 - ``train_portal_vs_plain``: images/sec of the PyTorch template in a session over
   the same cells run plainly (``bench/train.py``);
 - ``tensorboard_dashboard_portal_s`` / ``_direct_s``: TensorBoard's dashboard
@@ -421,8 +424,13 @@ def batch_figures(figures, portal, accounts, reps):
 
 def hub_figures(figures, portal, accounts, count, duration):
     chosen = {n: accounts[n] for n in sorted(accounts)[:count]}
+    log = portal.state / "jupyterhub.log"
     for suffix, think in (("", load.THINK), ("_stress", load.STRESS_THINK)):
+        offset = log.stat().st_size
         timings, failures = load.hub_latency(portal, chosen, duration, think=think)
+        with open(log, errors="replace") as f:
+            f.seek(offset)
+            handled = load.handler_times(f)
         if failures:
             raise RuntimeError(f"{len(failures)} page requests failed, e.g. {failures[:5]}")
         every = [ms for values in timings.values() for ms in values]
@@ -433,6 +441,10 @@ def hub_figures(figures, portal, accounts, count, duration):
         for page, values in timings.items():
             figures.add(f"hub_p95_ms{suffix}_{page}", load.p95(values), 1)
         figures.add(f"hub_p95_ms{suffix}", load.p95(every), 1)
+        # the hub's own time per page (its log), logins included: the rest is
+        # the proxy, TLS and waiting for the hub's event loop
+        for page, values in handled.items():
+            figures.add(f"hub_handler_p95_ms{suffix}_{page}", load.p95(values), 1)
 
 
 def rpc_figures(figures, portal, stock, accounts, sessions, window):

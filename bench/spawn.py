@@ -21,14 +21,13 @@ import tempfile
 import time
 
 import requests
-from certipy import Certipy
 from jupyterhub.utils import random_port
 
 from portal import settings as site_settings
 from portal.core.slice import make_slice
 from portal.core.tlsnames import node_alt_names
 from portal.slurm.commands import resource_options
-from spawners.session_tls import read_session_tls
+from spawners.session_tls import read_session_tls, sign_pair
 from tests.support.hubsettings import CA_CERT
 from tests.support.jobs import partition_nodes
 
@@ -63,21 +62,19 @@ def wait_answer(url, since, timeout=300, session=requests, tls=None):
 def floor_tls(hub, partition):
     """The floor server's key, certificate and CAs (``{"key", "cert", "ca"}``)
     as ``PortalSpawner.create_certs`` and ``move_certs`` give a session's: of
-    the hub's notebooks-ca, for every node of ``partition``. Signed in a
-    temporary store of root's: the hub's is only read."""
+    the hub's notebooks-ca, for every node of ``partition``, by the same
+    ``sign_pair``. Signed in a temporary folder of root's: the hub's store is
+    only read."""
     addresses = {node: socket.gethostbyname_ex(node)[2] for node in partition_nodes(partition)}
     ca = hub.internal_certs / "notebooks-ca" / "notebooks-ca"
     with tempfile.TemporaryDirectory() as folder:
-        certipy = Certipy(store_dir=folder)
-        files = {"key": f"{ca}.key", "cert": f"{ca}.crt", "ca": ""}
-        certipy.store.add_record("notebooks-ca", is_ca=True, files=files)
-        pair = certipy.create_signed_pair(
-            "bench-floor", "notebooks-ca", alt_names=node_alt_names(addresses), years=1 / 365
+        keyfile, certfile = sign_pair(
+            f"{ca}.crt", f"{ca}.key", folder, "bench-floor", node_alt_names(addresses), hours=24
         )
         return read_session_tls(
             {
-                "keyfile": pair["files"]["key"],
-                "certfile": pair["files"]["cert"],
+                "keyfile": keyfile,
+                "certfile": certfile,
                 "cafile": str(hub.internal_certs / "notebooks-ca_trust.crt"),
                 "kernels_cafile": f"{ca}.crt",
             }

@@ -448,6 +448,10 @@ def configure_admins(c, settings):
     )
 
 
+# A managed service's command prefix: SIGTERM to it when the hub's process ends.
+DIES_WITH_THE_HUB = ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"]
+
+
 def configure_culling(c, settings):
     """Idle sessions stopped by jupyterhub-idle-culler, a hub service, after
     [culling] idle_minutes; each session reports its own activity, busy
@@ -464,6 +468,10 @@ def configure_culling(c, settings):
     if not culling["enabled"]:
         return
     command = [
+        # ended with the hub: JupyterHub 6.1.1 stops it with SIGINT, which
+        # the culler's tornado loop takes as one failed callback and runs on
+        # (each bench or test hub stopped left one behind)
+        *DIES_WITH_THE_HUB,
         sys.executable,
         "-m",
         "jupyterhub_idle_culler",

@@ -144,10 +144,14 @@ class SlurmPoller:
             pass
 
     def watch(self, key):
-        """Poll at the active rate while ``key`` (a starting spawner) is watched."""
+        """Poll at the active rate while ``key`` (a starting spawner) is
+        watched: a query now when it was not (the loop may sleep a whole
+        ``interval``), none more when it already was."""
+        new = key not in self._active
         self._active.add(key)
         self.ensure_running()
-        self._wake.set()
+        if new:
+            self._wake.set()
 
     def unwatch(self, key):
         self._active.discard(key)

@@ -4,16 +4,28 @@ Signed by the hub's ``notebooks-ca`` for every node of the session's
 partition (the node the job lands on is known only once it runs, and the
 certificate travels in the batch script) and the user's own host, valid as
 long as a session may run; its key, certificate and CA bundle reach the
-node inside the batch script, never in a file another user can read.
+node inside the batch script, never in a file another user can read. Its
+key is ECDSA on P-256 (``new_session_key``), not certipy's RSA 2048, and
+the CA is read once (``sign_pair``), not at every signature.
 ``SessionCerts`` gives PortalSpawner the hooks JupyterHub calls,
 ``create_certs`` and ``move_certs``.
 """
 
 import asyncio
+import functools
+import ipaddress
+import os
 import socket
+from datetime import UTC, datetime, timedelta
 from inspect import isawaitable
 from pathlib import Path
 
+from certipy import Certipy
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID as Usage
+from cryptography.x509.oid import NameOID
 from tornado import web
 
 from portal.core.profiles import MAX_HOURS
@@ -26,7 +38,81 @@ from .internal_tls import hub_client_context
 # MAX_HOURS), and an hour more; JupyterHub's own are valid for five years.
 CERT_HOURS = MAX_HOURS + 1
 
-_signing = asyncio.Lock()  # certipy's store is one JSON file: one signature at a time
+_signing = asyncio.Lock()  # one signature at a time (each in a thread)
+
+
+def new_session_key():
+    """A session's private key: ECDSA on the P-256 curve (about 128-bit
+    security, more than RSA 2048's 112). It is made on every spawn's path,
+    before sbatch: about a millisecond, where certipy's RSA 2048 key took
+    30 to 150 ms here (the prime search varies, and the hub's CPU is busy
+    meanwhile), and each TLS handshake of the session (the hub's checks, the
+    proxy's first request, the session's own calls to the hub) signs faster
+    with it too. The notebooks-ca that signs it, and every other internal
+    certificate, are JupyterHub's, unchanged."""
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+@functools.lru_cache(maxsize=4)
+def _issuer(cert_path, key_path, stamp):
+    """The CA's certificate and key, parsed once per version (``stamp``) of
+    their files: loading an RSA key checks it, about 20 ms, which certipy
+    spent at every signature."""
+    cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+    key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    return cert, key
+
+
+def _alt_name(name):
+    """``DNS:n1`` / ``IP:10.200.0.2`` (portal.core.tlsnames) as x509's."""
+    kind, _, value = name.partition(":")
+    if kind == "IP":
+        return x509.IPAddress(ipaddress.ip_address(value))
+    if kind == "DNS":
+        return x509.DNSName(value)
+    raise ValueError(f"unknown alt name {name!r} (DNS:NAME or IP:ADDRESS)")
+
+
+def sign_pair(ca_cert_path, ca_key_path, folder, name, names, hours):
+    """A new key (``new_session_key``) and its certificate as certipy's
+    ``create_signed_pair`` makes them (common name ``name``, server and client
+    use, ``names`` as alt names, the issuer's key id), signed by the CA of
+    those files for ``hours``; written to ``folder``/``name``.key (0600) and
+    .crt. ``(keyfile, certfile)``."""
+    stamp = tuple(os.stat(path).st_mtime_ns for path in (ca_cert_path, ca_key_path))
+    ca_cert, ca_key = _issuer(ca_cert_path, ca_key_path, stamp)
+    key = new_session_key()
+    now = datetime.now(UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(hours=hours))
+        .add_extension(x509.ExtendedKeyUsage([Usage.SERVER_AUTH, Usage.CLIENT_AUTH]), critical=True)
+        .add_extension(x509.SubjectAlternativeName([_alt_name(n) for n in names]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
+            critical=False,
+        )
+    )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    folder = Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    keyfile, certfile = folder / f"{name}.key", folder / f"{name}.crt"
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    keyfile.unlink(missing_ok=True)  # a new file, created 0600: never readable by others
+    descriptor = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(descriptor, "wb") as f:
+        f.write(pem)
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(keyfile), str(certfile)
 
 
 async def node_addresses(poller, partition, *, max_age, timeout, log, username):
@@ -86,30 +172,25 @@ async def sign(store_dir, username, names, trust_bundles):
     """The session's key and certificate for ``names``, signed by the
     ``notebooks-ca`` of certipy's store in ``store_dir``, valid for
     ``CERT_HOURS``: ``{"keyfile", "certfile", "cafile", "kernels_cafile"}``.
-    Signed in a thread, one at a time: the RSA key and certipy's store would
+    Signed in a thread, one at a time: the signature and the files would
     hold the hub's event loop."""
     async with _signing:
         return await asyncio.to_thread(_sign, store_dir, username, names, trust_bundles)
 
 
 def _sign(store_dir, username, names, trust_bundles):
-    from certipy import Certipy
-
-    certipy = Certipy(store_dir=store_dir)
-    pair = certipy.create_signed_pair(
-        f"user-{username}",
-        "notebooks-ca",
-        alt_names=names,
-        years=CERT_HOURS / (365 * 24),
-        overwrite=True,
+    ca = Certipy(store_dir=store_dir).store.get_record("notebooks-ca")["files"]
+    name = f"user-{username}"
+    keyfile, certfile = sign_pair(
+        ca["cert"], ca["key"], Path(store_dir) / name, name, names, CERT_HOURS
     )
     return {
-        "keyfile": pair["files"]["key"],
-        "certfile": pair["files"]["cert"],
+        "keyfile": keyfile,
+        "certfile": certfile,
         # the CAs of the session's clients and servers: the hub's and the proxy's
         "cafile": trust_bundles["notebooks-ca"],
         # and its own, for its kernels' calls to its API (the TensorBoard magic)
-        "kernels_cafile": certipy.store.get_record("notebooks-ca")["files"]["cert"],
+        "kernels_cafile": ca["cert"],
     }
 
 

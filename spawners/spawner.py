@@ -165,6 +165,12 @@ class PortalSpawner(
             prewarm=",".join(self.prewarm_imports.get(profile.environment, [])) if profile else "",
         )  # fmt: skip
         env.update({k: v for k, v in told.to_environ().items() if v})
+        if self.activity_interval > 0:
+            # the session's own reporter (portal.session.activity) sends what
+            # JupyterHub's singleuser server would, and more: that one's
+            # reports (one of them at its start, beside the port report and
+            # the hub's first check) are off
+            env["JUPYTERHUB_ACTIVITY_INTERVAL"] = "0"
         return env
 
     def cmd_formatted_for_batch(self):
@@ -256,7 +262,11 @@ class PortalSpawner(
         self.port_reported = True
         if self._port_event:
             self._port_event.set()
-        self.poller.poke()  # find the node now rather than at the next tick
+        job = self.poller.job(self.job_id) if self.job_id else None
+        if not (job and job.running and job.node):
+            # find the node now rather than at the next tick; when the poll
+            # has seen it, no squeue runs while the hub checks the server
+            self.poller.poke()
 
     async def start(self):
         self._began, began_wall = time.monotonic(), time.time()

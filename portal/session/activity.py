@@ -188,12 +188,15 @@ class ActivityReporter:
         return True
 
     async def run(self):
+        # The hub set the session's activity when it spawned it: the first
+        # report follows one interval later, not while the server starts and
+        # the hub checks that it answers.
         while True:
+            await asyncio.sleep(self.interval)
             try:
                 await self.report()
             except Exception as e:  # the hub restarting, NVML failing: try again next time
                 self.log.warning("Activity report to the hub failed: %s", e)
-            await asyncio.sleep(self.interval)
 
     def start(self):
         if self._task is None:

@@ -180,3 +180,22 @@ def test_an_idle_session_is_culled_and_a_silently_busy_kernel_keeps_one(culling_
         for name, client in clients.items():
             client.api("DELETE", f"/users/{name}/server")
         cancel_jobs()
+
+
+def cullers():
+    """The pids of this hub's idle cullers (by its internal certificates' folder)."""
+    out = subprocess.run(["pgrep", "-f", f"jupyterhub_idle_culler.*{STATE}/"],
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return out.split()
+
+
+def test_the_culler_ends_with_the_hub(culling_hub):
+    """JupyterHub stops its services with SIGINT, which the culler took as one
+    failed callback: every hub stopped left its culler running."""
+    assert len(cullers()) == 1
+    env = {**os.environ, "PORTAL_CONFIG": str(SETTINGS_FILE)}
+    deploy("hub.sh", "stop", env=env)
+    deadline = time.monotonic() + 10
+    while cullers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cullers() == []

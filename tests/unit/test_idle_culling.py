@@ -84,7 +84,9 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
     c = hub_config({"idle_minutes": 90.0, "every_seconds": 30})
     culler = c.JupyterHub.services[1]
     assert culler["name"] == CULLER_SERVICE
-    assert culler["command"][1:] == [
+    # ended with the hub (SIGTERM when the hub's process ends)
+    assert culler["command"][:4] == ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"]
+    assert culler["command"][5:] == [
         "-m",
         "jupyterhub_idle_culler",
         "--timeout=5400",
@@ -93,7 +95,7 @@ def test_the_culler_runs_as_a_hub_service_with_the_sites_timeout():
     ]
     # with the hub's internal_ssl, it calls the hub with the hub's internal certificate
     c = hub_config({"idle_minutes": 90.0, "every_seconds": 30}, internal_tls=True)
-    assert c.JupyterHub.services[1]["command"][6:] == [
+    assert c.JupyterHub.services[1]["command"][10:] == [
         "--ssl-enabled=true",
         "--internal-certs-location=/s/internal-ssl",
     ]
@@ -168,6 +170,12 @@ def test_the_session_is_told_its_threshold_and_interval_the_culler_its_limit(mon
     assert env["PORTAL_ACTIVITY_SECONDS"] == "60"
     assert env["PORTAL_GPU_BUSY_PERCENT"] == "20"
     assert "PORTAL_IDLE_EXTRA_SECONDS" not in env  # the culler holds it to its limit
+    # the session's reporter stands in for JupyterHub's own (off), and only
+    # while it reports
+    assert env["JUPYTERHUB_ACTIVITY_INTERVAL"] == "0"
+    quiet = spawner()
+    quiet.activity_interval = 0
+    assert "JUPYTERHUB_ACTIVITY_INTERVAL" not in quiet.get_env()
     one_gpu = make_slice(1, 2, partition="gpu", max_gpus=4, cores_per_gpu=8,
                          mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
     s = spawner(profile_minutes=240)

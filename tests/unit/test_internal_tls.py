@@ -4,6 +4,7 @@ contexts that trust the internal CAs alone, and a session's certificate as
 the spawner makes it and hands it to the batch script. The real hub, proxy
 and sessions: tests/integration/test_internal_tls.py."""
 
+import os
 import socket
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from certipy import Certipy
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, load_pem_private_key
 from jupyterhub import app, objects, user
 from jupyterhub.objects import Server
 from jupyterhub.utils import make_ssl_context as jupyterhubs_make_ssl_context
@@ -28,7 +30,7 @@ from spawners.hub_config import (
     configure_service,
     hub_alt_names,
 )
-from spawners.session_tls import CERT_HOURS, read_session_tls
+from spawners.session_tls import CERT_HOURS, _issuer, read_session_tls
 from tests.unit.test_spawner_lifecycle import runner, spawner  # noqa: F401 (fixture)
 
 TRUST = {  # JupyterHub's trust graph (JupyterHub.init_internal_ssl)
@@ -183,7 +185,9 @@ async def test_a_sessions_certificate_names_its_partitions_nodes_and_nothing_els
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     s = session_spawner(store)
     s.load_user_options({"gpus": "1"})
+    _issuer.cache_clear()
     paths = await s.create_certs()
+    assert os.stat(paths["keyfile"]).st_mode & 0o777 == 0o600
     cert, names = names_of(Path(paths["certfile"]).read_text())
     # the node (sinfo lists n1) by name and address; no loopback, none of the hub's names
     assert names == {"DNS:n1", "IP:10.200.0.2"}
@@ -192,6 +196,9 @@ async def test_a_sessions_certificate_names_its_partitions_nodes_and_nothing_els
     s.user.domain = "unit-tls.portal.localhost"
     _, names = names_of(Path((await s.create_certs())["certfile"]).read_text())
     assert names == {"DNS:n1", "IP:10.200.0.2", "DNS:unit-tls.portal.localhost"}
+    # the CA's files are parsed once, not at every signature (its RSA key's
+    # check took about 20 ms of each spawn)
+    assert (_issuer.cache_info().misses, _issuer.cache_info().hits) == (1, 1)
     lifetime = cert.not_valid_after_utc - datetime.now(UTC)
     assert timedelta(hours=CERT_HOURS - 1) < lifetime <= timedelta(hours=CERT_HOURS)
     # signed by notebooks-ca, as JupyterHub's; the hub and the proxy trust it
@@ -203,6 +210,13 @@ async def test_a_sessions_certificate_names_its_partitions_nodes_and_nothing_els
     assert await s.move_certs(paths) == {}
     assert not Path(paths["keyfile"]).exists()
     assert "PRIVATE KEY" in s.session_tls["key"]
+    # an ECDSA key on P-256 (made in a millisecond on the spawn's path, not
+    # RSA's tens to hundreds), the one the certificate names
+    key = load_pem_private_key(s.session_tls["key"].encode(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert key.curve.name == "secp256r1"
+    named = x509.load_pem_x509_certificate(s.session_tls["cert"].encode()).public_key()
+    assert named.public_numbers() == key.public_key().public_numbers()
     # the CAs of its clients and servers (the hub's, the proxy's), and its own for its kernels
     bundle = Path(store["bundles"]["notebooks-ca"]).read_text()
     assert s.session_tls["ca"] == bundle + ca.public_bytes(Encoding.PEM).decode()

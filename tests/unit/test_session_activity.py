@@ -123,3 +123,27 @@ async def test_the_reporter_posts_only_later_activity(monkeypatch):
     reporter.start()
     await asyncio.sleep(0)
     reporter.stop()
+
+
+async def test_the_first_report_follows_one_interval_after_the_start(monkeypatch):
+    """Not at the server's start, when the hub checks that it answers (the
+    hub set the session's activity at its spawn)."""
+    posted = []
+
+    class Client:
+        async def fetch(self, request):
+            posted.append(request.url)
+
+    monkeypatch.setattr("portal.session.activity.AsyncHTTPClient", Client)
+    env = {**HUB_ENV, "PORTAL_ACTIVITY_SECONDS": "0.2"}
+    reporter = ActivityReporter.from_environ(
+        fake_server(["busy"]), lambda: {"gpus": [], "reason": ""}, environ=env
+    )
+    reporter.start()
+    try:
+        await asyncio.sleep(0.1)
+        assert posted == []
+        await asyncio.sleep(0.2)
+        assert len(posted) == 1
+    finally:
+        reporter.stop()

@@ -229,3 +229,32 @@ async def test_a_state_of_an_older_hub_loads(runner):
     assert s.gpu_indices == {"": "0-1"}
     s.ip = "vm"  # the job is not listed (yet): the card shows what the state has
     assert s.session_info()["nodes"] == [{"name": "vm", "gpus": "0-1"}]
+
+
+async def test_no_squeue_runs_while_the_hub_checks_a_server_it_saw_running(runner):
+    """Once the poll has seen the job running on its node, the port report
+    and the wait for Jupyter's answer start no query of their own: one would
+    run beside the hub's check of the new server. Before the poll has seen
+    it, the report asks for one at once (the node is needed)."""
+    s = spawner("unit-no-extra-squeue")
+    s.poll_interval_active = s.poll_interval_slurm = 30  # no query of the loop's own
+    s.job_id, s.submitted_at = "4242", 0.0
+    runner.state = "RUNNING"
+
+    def squeues():
+        return sum(1 for argv in runner.calls if "squeue" in " ".join(argv))
+
+    s.poller.watch(s)
+    await s.poller.wait_changed(5)  # the watch's first query
+    seen = squeues()
+    assert s.poller.job("4242").running
+    s.report_port(8888)
+    s.poller.watch(s)  # as the wait for the answer does
+    await asyncio.sleep(0.2)
+    assert squeues() == seen
+    # a report before the poll saw the job running: a query now
+    s.poller.snapshot.jobs.clear()
+    s.report_port(8889)
+    await s.poller.wait_changed(5)
+    assert squeues() == seen + 1
+    s.poller.unwatch(s)
