@@ -21,6 +21,10 @@ variable                          what                                    field
 ``PORTAL_ENVIRONMENT``            the profile's environment               ``environment``
 ``PORTAL_SLURM_BIN_DIR``          the folder of Slurm's commands (the     ``slurm_bin_dir``
                                   hub's [slurm] bin_dir)
+``PORTAL_PREWARM``                the modules the pre-warmed kernel of    ``prewarm``
+                                  the environment imports, comma-
+                                  separated ([session] prewarm_imports;
+                                  empty: no pre-warmed kernel)
 ================================  ======================================  ==================
 
 Inside the session, the server extension tells its kernels where its
@@ -46,6 +50,7 @@ def _site():
         "profile": "",
         "environment": "",
         "slurm_bin_dir": site["slurm"]["bin_dir"],
+        "prewarm": "",
     }
 
 
@@ -60,6 +65,7 @@ class SessionEnv:
     profile: str
     environment: str
     slurm_bin_dir: str
+    prewarm: str = ""
 
     @staticmethod
     def variable(field):

@@ -402,6 +402,43 @@ def extend_registration(settings):
     )  # fmt: skip
 
 
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def prewarm_imports(settings):
+    """``{environment: [module, ...]}`` of the sessions' pre-warmed kernels
+    ([session] prewarm_imports; ``{}`` when prewarm_kernel is false), each a
+    dotted module name: they reach the kernel's command line. SettingsError
+    naming the fix otherwise.
+
+    >>> prewarm_imports({"session": {"prewarm_kernel": True,
+    ...                              "prewarm_imports": {"pytorch": ["torch", "torch.nn"]}}})
+    {'pytorch': ['torch', 'torch.nn']}
+    >>> prewarm_imports({"session": {"prewarm_kernel": False, "prewarm_imports": {"x": ["y"]}}})
+    {}
+    >>> try:
+    ...     prewarm_imports({"session": {"prewarm_kernel": True,
+    ...                                  "prewarm_imports": {"pytorch": "torch"}}})
+    ... except SettingsError as e:
+    ...     print(str(e)[:69])
+    [session] prewarm_imports: pytorch = 'torch' must be a list of module
+    """
+    session = settings["session"]
+    if not session["prewarm_kernel"]:
+        return {}
+    imports = {}
+    for environment, modules in session["prewarm_imports"].items():
+        if not isinstance(modules, list) or not all(
+            isinstance(m, str) and MODULE_NAME.fullmatch(m) for m in modules
+        ):
+            raise SettingsError(
+                f"[session] prewarm_imports: {environment} = {modules!r} must be a list of "
+                'module names, such as ["torch", "matplotlib.pyplot"]'
+            )
+        imports[environment] = list(modules)
+    return imports
+
+
 DERIVED = {
     f.__name__: f
     for f in (hub_api_ip, cluster_snapshot, public_url, internal_certs_location,

@@ -162,6 +162,7 @@ class PortalSpawner(
             profile=profile.name if profile else "",
             environment=profile.environment if profile else "",
             slurm_bin_dir=self.slurm_bin_dir,
+            prewarm=",".join(self.prewarm_imports.get(profile.environment, [])) if profile else "",
         )  # fmt: skip
         env.update({k: v for k, v in told.to_environ().items() if v})
         if self.activity_interval > 0:

@@ -173,6 +173,16 @@ class PortalSpawnerSettings(SlurmSpawner):
         ([culling] gpu_busy_percent). Example: ``5``.""",
     ).tag(config=True)
 
+    prewarm_imports = Dict(
+        site_settings.prewarm_imports(defaults()),
+        help="""Per environment, the modules that the kernel started with a
+        session of a profile of that environment imports before it is asked
+        for (``portal.session.prewarm``), exported as ``PORTAL_PREWARM``; an
+        environment not named gets no pre-warmed kernel. ``{}``: none.
+        Default from deploy/portal.toml [session] prewarm_imports (``{}``
+        when prewarm_kernel is false). Example: ``{"pytorch": ["torch"]}``.""",
+    ).tag(config=True)
+
     cluster_snapshot = Unicode(
         "",
         help="""File where the shared Slurm poll writes what it sees (JSON), for

@@ -17,6 +17,10 @@ what the hub tells a session is ``portal.contract``.
   - ``timeleft`` (``jobend``: the end, from squeue): ``{base_url}portal/api/session``;
   - ``gpus`` (``nvml``: the job's own GPUs): ``{base_url}portal/api/gpus``;
   - ``activity``: the session's activity, reported to the hub for its idle culler.
+
+  Its second extension point, ``kernelpool``, makes the server's kernel
+  manager hand the pre-warmed kernel (``prewarm``, started by the launcher)
+  to the first request for a kernel of the session's environment.
 """
 
 
@@ -24,4 +28,7 @@ def _jupyter_server_extension_points():
     # imported here, so that the launcher and the pure parts import without jupyter_server
     from .extension import SessionExtension
 
-    return [{"module": "portal.session", "app": SessionExtension}]
+    return [
+        {"module": "portal.session", "app": SessionExtension},
+        {"module": "portal.session.kernelpool"},
+    ]

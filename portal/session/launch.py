@@ -21,6 +21,10 @@ thread itself) ends the process with the reason in the job's log: the hub then
 says the job ended, instead of waiting for a port that never comes. The
 report follows no redirect and no proxy variable, and carries the token in a
 header only.
+
+Just before the server, a kernel of the session's environment is started,
+importing its framework (``portal.session.prewarm``): the first kernel the
+user opens of that environment is that one.
 """
 
 import json
@@ -139,6 +143,17 @@ def _report_when_listening(listening, request, open_url):
         os._exit(1)  # the server may be mid-start: end the whole process now
 
 
+def prewarm_kernel():
+    """The session's pre-warmed kernel (``portal.session.prewarm``), started
+    beside the server's start; a failure is logged, the session goes on."""
+    try:
+        from portal.session import prewarm
+
+        prewarm.start_from_environ()
+    except Exception as e:
+        print(f"portal: no pre-warmed kernel: {e!r}", file=sys.stderr)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -164,6 +179,7 @@ def main(argv=None):
         daemon=True,
     )
     reporter.start()
+    prewarm_kernel()
     sys.argv = [command, *argv[1:]]
     run_path(command, run_name="__main__")
 

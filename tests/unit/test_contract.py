@@ -11,12 +11,13 @@ def test_what_the_hub_exports_the_session_reads_back():
     sent = SessionEnv(
         log_dir=".logs", warn_minutes=30, activity_seconds=20.0, gpu_busy_percent=5.5,
         profile="vision", environment="pytorch", slurm_bin_dir="/opt/slurm/bin",
+        prewarm="torch,matplotlib.pyplot",
     )  # fmt: skip
     assert SessionEnv.from_environ(sent.to_environ()) == sent
     assert set(sent.to_environ()) == {
         "PORTAL_LOG_DIR", "PORTAL_WARN_MINUTES", "PORTAL_ACTIVITY_SECONDS",
         "PORTAL_GPU_BUSY_PERCENT", "PORTAL_PROFILE", "PORTAL_ENVIRONMENT",
-        "PORTAL_SLURM_BIN_DIR",
+        "PORTAL_SLURM_BIN_DIR", "PORTAL_PREWARM",
     }  # fmt: skip
 
 
