@@ -90,7 +90,10 @@ from portal import settings as site_settings
 PARTS = ("spawn", "container", "sessions", "train", "firstcell", "batch", "hub", "rpcs")
 TARGETS = {
     "spawn_vs_floor": ("<=", 1.1),
-    "spawn_vs_stock": ("<=", 0.5),
+    # never slower than stock batchspawner. Half of it was the first round's
+    # target, when stock's polling took it past twice the floor; its spawn is
+    # now within 1.3 floors, and no spawn can be quicker than the floor
+    "spawn_vs_stock": ("<=", 1.0),
     "slurm_rpcs_per_min_100": ("<=", 4),
     "hub_p95_ms": ("<=", 100),
     "hub_p95_ms_stress": ("<=", 400),
