@@ -131,14 +131,16 @@ class SessionCard:
         """How a session that ended without a stop from the hub ended (a node
         failure, its time limit, a scancel from a shell), from sacct, for the
         home page: ``last_end`` is kept in the state until the next start."""
-        reason = await self.job_end_reason()
-        nodes = self._job_nodes()
+        # taken before sacct is awaited: a poll meanwhile (the shared squeue's
+        # call and the hub's own) may forget the job (its id "" on the page)
+        job_id, nodes = self.job_id, self._job_nodes()
         memory = self.job_slice.memory_limit if self.job_slice else ""
-        self.last_end = end_record(self.job_id, nodes, reason=reason, memory=memory)
+        reason = await self.job_end_reason()
+        self.last_end = end_record(job_id, nodes, reason=reason, memory=memory)
         self.notice_ended(describe_end(reason, memory))
         self.log.info(
             "Job %s of %s on %s is no longer in the queue: %s",
-            self.job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
+            job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",
         )  # fmt: skip
 
     def _job_nodes(self):
