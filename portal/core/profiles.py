@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from portal.settings import defaults
 
 from .numbers import whole_number
-from .slice import PARTITION_RE, FieldError, SliceError, make_slice
+from .slice import CHOICE_LABELS, PARTITION_RE, SLURM_NAME_RE, FieldError, SliceError, make_slice
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -40,6 +40,10 @@ SLICE_FIELDS = (
     "partition", "max_gpus", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
 )  # fmt: skip
 SLICE_DEFAULTS = defaults()["slurm"]
+# What a profile may let its users choose of the site's Slurm (issue 38); the
+# GPU model is offered wherever the partitions have typed GRES.
+CHOOSABLE = ("account", "qos", "reservation", "feature")
+TUPLE_FIELDS = ("groups", "partitions", "gpu_types", "choose", "features")
 
 
 def slice_defaults(settings):
@@ -72,6 +76,23 @@ class Profile:
     revision: int = 0
     image: str = ""  # a site image's name: the session runs in it
     user_images: bool = False  # a user may name an image in their home instead
+    # The site's Slurm on the spawn page (issue 38, ``portal.slurm.choices``):
+    partitions: tuple = field(default_factory=tuple)  # more partitions to choose from
+    gpu_types: tuple = field(default_factory=tuple)  # the GPU models offered (none: every one)
+    choose: tuple = field(default_factory=tuple)  # which of CHOOSABLE the user chooses
+    features: tuple = field(default_factory=tuple)  # the node features offered (none: every one)
+    max_cores: int = 0  # a session without GPUs: up to this many cores (0: none)
+    max_mem_gb: int = 0  # ... and this much memory
+
+    @property
+    def all_partitions(self):
+        """The partitions its sessions may run on, its own (the default) first."""
+        return (self.partition, *(p for p in self.partitions if p != self.partition))
+
+    @property
+    def cpu_sessions(self):
+        """Whether a session may have no GPU (then cores and memory are chosen)."""
+        return self.max_cores > 0
 
     @property
     def in_container(self):
@@ -81,24 +102,56 @@ class Profile:
         """Whether a member of ``user_groups`` may use this profile."""
         return self.enabled and (not self.groups or bool(set(self.groups) & set(user_groups)))
 
-    def make_slice(self, gpus, hours=None, nodes=None):
+    def make_slice(self, gpus, hours=None, nodes=None, partition=None, **chosen):
         """The slice for ``gpus`` per node, ``hours`` (default: the profile's)
-        and ``nodes`` (default 1), or SliceError."""
+        and ``nodes`` (default 1) on ``partition`` (default: its own; one of
+        ``all_partitions``), with the site's ``chosen`` names (``gpu_type``,
+        ``account``, ``qos``, ``reservation``, ``feature``: those the
+        profile lets the user choose) and, without GPUs, ``cores`` and
+        ``mem_gb``; or SliceError naming the field."""
+        partition = self.partition if partition in (None, "") else partition
+        if partition not in self.all_partitions:
+            raise SliceError(
+                f"{self.display_name} runs on partition "
+                f"{' or '.join(self.all_partitions)}, not {str(partition)[:40]!r}",
+                "partition",
+            )
+        cores, mem_gb = chosen.pop("cores", None), chosen.pop("mem_gb", None)
+        for key, value in chosen.items():
+            if value in (None, ""):
+                continue
+            if key == "gpu_type":
+                allowed = not self.gpu_types or value in self.gpu_types
+            else:
+                allowed = key in self.choose and (key != "feature" or not self.features
+                                                  or value in self.features)  # fmt: skip
+            if not allowed:
+                raise SliceError(
+                    f"{self.display_name} does not offer {CHOICE_LABELS.get(key, key)} "
+                    f"{str(value)[:40]!r}",
+                    key,
+                )
         return make_slice(
             gpus,
             self.default_hours if hours in (None, "") else hours,
             nodes=1 if nodes in (None, "") else nodes,
-            partition=self.partition,
+            partition=partition,
             max_gpus=self.max_gpus,
             max_nodes=self.max_nodes,
             cores_per_gpu=self.cores_per_gpu,
             mem_per_gpu_gb=self.mem_per_gpu_gb,
             max_hours=self.max_hours,
+            choices=chosen,
+            cores=cores,
+            mem_gb=mem_gb,
+            max_cores=self.max_cores,
+            max_mem_gb=self.max_mem_gb,
         )
 
     def to_dict(self):
         d = asdict(self)
-        d["groups"] = list(self.groups)
+        for key in TUPLE_FIELDS:
+            d[key] = list(getattr(self, key))
         return d
 
 
@@ -142,12 +195,18 @@ def profile_from_dict(data, defaults=None):
     unknown = sorted(set(data) - known)
     if unknown:
         raise ProfileError(f"unknown field(s): {', '.join(unknown)}", unknown[0])
-    groups = data.get("groups", [])
-    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups):
-        raise ProfileError("groups must be a list of group names", "groups")
-    for group in groups:
-        if not GROUP_RE.match(group):
-            raise ProfileError(f"group {group[:40]!r} is not a valid group name", "groups")
+    groups = _names(data, "groups", GROUP_RE, "group names")
+    lists = {
+        "partitions": _names(data, "partitions", PARTITION_RE, "partition names"),
+        "gpu_types": _names(data, "gpu_types", SLURM_NAME_RE, "GPU models (GRES types)"),
+        "choose": _names(data, "choose", None, f"choices of {', '.join(CHOOSABLE)}"),
+        "features": _names(data, "features", SLURM_NAME_RE, "node features"),
+    }
+    for choice in lists["choose"]:
+        if choice not in CHOOSABLE:
+            raise ProfileError(
+                f"choose: {choice[:40]!r} is not one of {', '.join(CHOOSABLE)}", "choose"
+            )
     for key in ("enabled", "user_images"):
         if not isinstance(data.get(key, key == "enabled"), bool):
             raise ProfileError(f"{key} must be true or false", key)
@@ -166,17 +225,40 @@ def profile_from_dict(data, defaults=None):
         idle_minutes=_int(data, "idle_minutes", 0, MAX_IDLE_MINUTES),
         max_array=_int(data, "max_array", 1, MAX_ARRAY),
         groups=tuple(sorted(set(groups))),
+        partitions=tuple(dict.fromkeys(lists["partitions"])),
+        gpu_types=tuple(dict.fromkeys(lists["gpu_types"])),
+        choose=tuple(c for c in CHOOSABLE if c in lists["choose"]),
+        features=tuple(dict.fromkeys(lists["features"])),
+        max_cores=_int(data, "max_cores", 0, 1024),
+        max_mem_gb=_int(data, "max_mem_gb", 0, 65536),
         enabled=data.get("enabled", True),
         image=_text(data, "image", IMAGE_RE, 64, required=False),
         user_images=data.get("user_images", False),
         revision=_int({"revision": data.get("revision", 0)}, "revision", 0, MAX_REVISION),
     )
+    if bool(profile.max_cores) != bool(profile.max_mem_gb):
+        raise ProfileError(
+            "max_cores and max_mem_gb go together: both 0 (no sessions without GPUs) or both set",
+            "max_mem_gb" if profile.max_cores else "max_cores",
+        )
     if profile.default_hours > profile.max_hours:
         raise ProfileError(
             f"default_hours ({profile.default_hours}) is more than max_hours ({profile.max_hours})",
             "default_hours",
         )
     return profile
+
+
+def _names(data, key, pattern, what):
+    """The list ``data[key]`` of names, each matching ``pattern`` (or any
+    text without markup), or ProfileError naming ``key``."""
+    names = data.get(key, [])
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ProfileError(f"{key} must be a list of {what}", key)
+    for name in names:
+        if (pattern and not pattern.match(name)) or not name or re.search(r"[<>\s]", name):
+            raise ProfileError(f"{key}: {name[:40]!r} is not one of the {what}", key)
+    return list(names)
 
 
 def unix_groups(entry):

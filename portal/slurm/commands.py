@@ -345,6 +345,11 @@ def sbatch_argv(
     same resources, submitting nothing::
 
         sbatch --test-only --nodes=1 ... --no-requeue --wrap=true
+
+    The site's choices (issue 38) follow ``--time``: a GPU model types the
+    GRES (``--gres=gpu:v100-sxm2:2``), then ``--account``, ``--qos``,
+    ``--reservation`` and ``--constraint`` (a node feature); a CPU session
+    (no GPU) has no ``--gres`` and one task of all its cores.
     """
     if test_only:
         head, tail = ["--test-only"], ["--wrap=true"]
@@ -352,20 +357,33 @@ def sbatch_argv(
         head = ["--parsable", f"--job-name={job_name}", f"--chdir={chdir}", f"--output={output}"]
         head += [f"--array=0-{array - 1}"] if array else []
         tail = []
+    chosen = job_slice.choices()
+    site = [f"--{option}={chosen[key]}" for key, option in SITE_OPTIONS.items() if key in chosen]
     return [
         command("sbatch"),
         *head,
         f"--nodes={job_slice.nodes}",
-        f"--ntasks-per-node={job_slice.gpus}",
+        f"--ntasks-per-node={job_slice.tasks_per_node}",
         f"--partition={job_slice.partition}",
-        f"--gres=gpu:{job_slice.gpus}",
+        *([f"--gres={job_slice.gres}"] if job_slice.gpus else []),
         f"--cpus-per-task={job_slice.cores_per_gpu}",
         f"--mem={job_slice.mem_gb}G",
         f"--time={time_limit or job_slice.time_limit}",
+        *site,
         # a requeued session could not report its port again: it ends instead
         "--no-requeue",
         *tail,
     ]
+
+
+# The sbatch option of each of the site's choices (portal.core.slice.CHOICE_LABELS).
+# The GPU model has none: it types --gres itself (Slice.gres).
+SITE_OPTIONS = {
+    "account": "account",
+    "qos": "qos",
+    "reservation": "reservation",
+    "feature": "constraint",
+}
 
 
 def resource_options(job_slice):
