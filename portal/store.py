@@ -63,7 +63,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
 from portal.core.durations import slurm_time
-from portal.core.profiles import SLICE_FIELDS, Profile, ProfileError, profile_from_dict
+from portal.core.profiles import (
+    SLICE_FIELDS,
+    TUPLE_FIELDS,
+    Profile,
+    ProfileError,
+    profile_from_dict,
+)
 from portal.database import (
     DatabaseError,
     connect_args,
@@ -86,11 +92,14 @@ VERSION_TABLE = "portal_alembic_version"
 FIELDS = (
     "display_name", "description", "environment", *SLICE_FIELDS, "max_nodes", "idle_minutes",
     "groups", "enabled", "image", "user_images", "max_array",
+    "partitions", "gpu_types", "choose", "features", "max_cores", "max_mem_gb",
 )  # fmt: skip
 # Fields added after the first schema, with the value that revisions stored
 # before them meant (migrations add their columns with the same default).
 ADDED_FIELDS = {
     "max_nodes": 1, "idle_minutes": 0, "image": "", "user_images": False, "max_array": 16,
+    "partitions": [], "gpu_types": [], "choose": [], "features": [], "max_cores": 0,
+    "max_mem_gb": 0,
 }  # fmt: skip
 
 
@@ -117,6 +126,12 @@ class ProfileRow(Base):
     image = Column(String(64), nullable=False, default="", server_default="")  # "": none
     user_images = Column(Boolean, nullable=False, default=False, server_default=false())
     max_array = Column(Integer, nullable=False, default=16, server_default="16")
+    partitions = Column(JSON, nullable=False, default=list, server_default="[]")
+    gpu_types = Column(JSON, nullable=False, default=list, server_default="[]")
+    choose = Column(JSON, nullable=False, default=list, server_default="[]")
+    features = Column(JSON, nullable=False, default=list, server_default="[]")
+    max_cores = Column(Integer, nullable=False, default=0, server_default="0")
+    max_mem_gb = Column(Integer, nullable=False, default=0, server_default="0")
     revision = Column(Integer, nullable=False, default=1)
     position = Column(Integer, nullable=False, default=0)  # order on the spawn page
     updated_at = Column(DateTime, nullable=False)
@@ -325,7 +340,7 @@ def _show(value):
 def fields_of(profile):
     """The stored fields of a Profile (or dict), as JSON-able values."""
     d = profile.to_dict() if isinstance(profile, Profile) else dict(profile)
-    return {f: list(d[f]) if f == "groups" else d[f] for f in FIELDS}
+    return {f: list(d[f]) if f in TUPLE_FIELDS else d[f] for f in FIELDS}
 
 
 def filled(stored):

@@ -94,6 +94,65 @@ def check_profile(profile, partitions):
             f"{partition.name!r} ({partition.max_time}, {limit // 60} h)",
             "max_hours",
         )
+    check_site_fields(profile, partitions)
+
+
+def check_site_fields(profile, partitions):
+    """ProfileError (naming the field) unless the profile's site choices
+    (issue 38) fit the cluster: its more partitions exist (one without GPUs
+    only where the profile has sessions without GPUs), its GPU models and
+    node features are on their nodes, and a node holds the cores and memory
+    of a session without GPUs."""
+    nodes = {}
+    for name in profile.partitions:
+        partition = partitions.get(name)
+        if partition is None:
+            known = ", ".join(sorted(partitions))
+            raise ProfileError(
+                f"Partition {name!r} does not exist (partitions: {known})", "partitions"
+            )
+        if not partition.gpus and not profile.cpu_sessions:
+            raise ProfileError(
+                f"Partition {name!r} has no GPUs: set max_cores and max_mem_gb for sessions "
+                "without GPUs there, or leave it out",
+                "partitions",
+            )
+    for name in profile.all_partitions:
+        for node in partitions[name].nodes:
+            nodes[node.name] = node
+    models = {t for n in nodes.values() for t, _total, _used in getattr(n, "gpu_types", ()) if t}
+    for model in profile.gpu_types:
+        if model not in models:
+            known = ", ".join(sorted(models)) or "none typed"
+            raise ProfileError(
+                f"GPU model {model!r} is on no node of partition "
+                f"{' or '.join(profile.all_partitions)} (models: {known})",
+                "gpu_types",
+            )
+    features = {f for n in nodes.values() for f in getattr(n, "features", ())}
+    for feature in profile.features:
+        if feature not in features:
+            known = ", ".join(sorted(features)) or "none"
+            raise ProfileError(
+                f"Node feature {feature!r} is on no node of partition "
+                f"{' or '.join(profile.all_partitions)} (features: {known})",
+                "features",
+            )
+    if profile.cpu_sessions:
+        most_cores = max((n.cpus for n in nodes.values()), default=0)
+        if profile.max_cores > most_cores:
+            raise ProfileError(
+                f"max_cores {profile.max_cores} is more than any node of its partitions has "
+                f"({most_cores})",
+                "max_cores",
+            )
+        most_mem = max((n.mem_mb for n in nodes.values()), default=0) // 1024
+        if profile.max_mem_gb > most_mem:
+            raise ProfileError(
+                f"max_mem_gb {profile.max_mem_gb} is more than any node of its partitions has "
+                f"({most_mem} GB)",
+                "max_mem_gb",
+            )
 
 
 def resource_lines(profile):
@@ -109,6 +168,11 @@ def resource_lines(profile):
             count(gpus, "GPU") if nodes == 1 else f"{count(nodes, 'node')} × {count(gpus, 'GPU')}"
         )
         lines[label] = "sbatch " + " ".join(slurm.resource_options(job_slice))
+    if profile.cpu_sessions:
+        cpu = next((p for p in profile.partitions), profile.partition)
+        job_slice = profile.make_slice(0, profile.default_hours, 1, cpu, cores=profile.max_cores,
+                                       mem_gb=profile.max_mem_gb)  # fmt: skip
+        lines["No GPU"] = "sbatch " + " ".join(slurm.resource_options(job_slice))
     return lines
 
 

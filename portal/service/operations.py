@@ -30,8 +30,11 @@ INT_FIELDS = (
     "max_hours",
     "idle_minutes",
     "max_array",
+    "max_cores",
+    "max_mem_gb",
     "revision",
 )
+LIST_FIELDS = ("groups", "partitions", "gpu_types", "choose", "features")  # typed as "a, b"
 TEXT_FIELDS = ("name", "display_name", "description", "environment", "partition", "image")
 BOOL_FIELDS = ("enabled", "user_images")  # checkboxes: absent from a form is false
 RESERVED_NAMES = frozenset({"new"})  # page paths under profiles/
@@ -62,8 +65,9 @@ def form_to_dict(arguments):
             text = text.strip()
             number = whole_number(text)
             data[key] = text if number is None else number
-    if value("groups") is not None:
-        data["groups"] = [g for g in re.split(r"[\s,]+", value("groups")) if g]
+    for key in LIST_FIELDS:
+        if value(key) is not None:
+            data[key] = [g for g in re.split(r"[\s,]+", value(key)) if g]
     for key in BOOL_FIELDS:
         data[key] = value(key) in ("on", "true", "1")
     return data

@@ -65,6 +65,7 @@ class ProfileEditPage(BaseHandler):
         blank = {**self.ops.defaults, "name": "", "display_name": "", "description": ""}
         blank.update(environment="", groups=[], enabled=False, max_gpus="", max_nodes=1, revision=0)
         blank.update(idle_minutes=0, max_array=16, image="", user_images=False)
+        blank.update(partitions=[], gpu_types=[], choose=[], features=[], max_cores=0, max_mem_gb=0)
         data = {**blank, **data}
         images = self.ops.images
         if check is None and data["image"]:

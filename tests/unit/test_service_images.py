@@ -157,8 +157,10 @@ def service(tmp_path, monkeypatch):
 def form_of(profile, **change):
     """The profile form's fields for ``profile`` (a dict), as a browser sends them."""
     data = {**profile, **change}
-    form = {k: str(v) for k, v in data.items() if k not in ("groups", "enabled", "user_images")}
-    form["groups"] = ", ".join(data["groups"])
+    lists = ("groups", "partitions", "gpu_types", "choose", "features")
+    form = {k: str(v) for k, v in data.items() if k not in (*lists, "enabled", "user_images")}
+    for key in lists:
+        form[key] = ", ".join(data.get(key, []))
     for key in ("enabled", "user_images"):
         if data[key]:
             form[key] = "on"
