@@ -43,6 +43,7 @@ from portal.core.slice import FieldError
 from portal.helper import notebook as reader
 from portal.helper.imagecheck import ImageError, offer_problem, site_image
 from portal.settings import portal_groups
+from portal.slurm import choices
 from portal.slurm import commands as slurm
 from portal.slurm.commands import as_user, job_path, run
 from portal.slurm.parse import SlurmError
@@ -51,7 +52,21 @@ from portal.store import NotFound
 log = logging.getLogger("portal.notebookjobs")
 
 SCRIPT = "notebook-job.sh.j2"
-REQUEST_FIELDS = {"notebook", "profile", "gpus", "nodes", "hours", "parameters", "sweep", "notify"}
+# The site's choices a job may name, as a session's (portal.slurm.choices).
+SITE_FIELDS = (
+    "partition",
+    "gpu_type",
+    "account",
+    "qos",
+    "reservation",
+    "feature",
+    "cores",
+    "mem_gb",
+)
+REQUEST_FIELDS = {
+    "notebook", "profile", "gpus", "nodes", "hours", "parameters", "sweep", "notify",
+    *SITE_FIELDS,
+}  # fmt: skip
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 
@@ -89,6 +104,9 @@ class NotebookJobs:
         self.shared_data = settings["data"]["shared_data"]
         self.images_dir = settings["containers"]["images"]
         self.runtime = settings["containers"]["runtime"]
+        # ``async () -> (partitions, catalog)``: what the site's Slurm offers
+        # now (the hub's shared poll); None: read here, at each submission
+        self.site_view = None
 
     # -- reading the user's files, as the user ------------------------------
 
@@ -145,7 +163,14 @@ class NotebookJobs:
         if why:
             raise NotebookError(f"Profile {profile.name!r}: {why}", "profile")
         gpus = request.get("gpus", 1)
-        job_slice = profile.make_slice(gpus, request.get("hours"), request.get("nodes"))
+        site = {key: request.get(key) for key in SITE_FIELDS if key != "partition"}
+        for key, value in site.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int, type(None))):
+                raise NotebookError(f"{key} must be text or a whole number", key)
+        job_slice = profile.make_slice(
+            gpus, request.get("hours"), request.get("nodes"), request.get("partition"), **site
+        )
+        await self.check_site(username, profile, job_slice)
         path = notebook_path(request.get("notebook"), entry.pw_dir)
         facts = json.loads(await self.read(username, "inspect", path))
         if not self.kernel_exists(facts.get("kernel", "")):
@@ -166,6 +191,22 @@ class NotebookJobs:
             "sweep": dict(request.get("sweep") or {}),
             "notify": request.get("notify", False),
         }  # fmt: skip
+
+    async def check_site(self, username, profile, job_slice):
+        """Refuse (SliceError naming the field) a job whose partition, GPU
+        model, account, QOS, reservation or node feature the site's Slurm
+        would refuse or never start, as a session's (``choices.check``)."""
+        if not job_slice.choices() and job_slice.partition == profile.partition and job_slice.gpus:
+            return  # the profile's own: checked with the profile
+        if self.site_view is not None:
+            partitions, catalog = await self.site_view()
+        else:
+            try:
+                partitions = await slurm.partitions(timeout=self.timeout)
+                catalog = await slurm.site_catalog(timeout=self.timeout)
+            except SlurmError as e:
+                raise NotebookError(f"The cluster did not answer: {e}", "partition") from None
+        choices.check(profile, job_slice, partitions, catalog, username, datetime.now())
 
     async def check_qos(self, username, job_slice):
         """Refuse a job that asks for more GPUs than its QOS ever lets the

@@ -405,6 +405,30 @@ def extend_registration(settings):
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+def gpu_memory(settings):
+    """``{model: GB}`` of [slurm] gpu_memory_gb: each a GRES type's name and
+    a whole number of GB; SettingsError naming the fix otherwise.
+
+    >>> gpu_memory({"slurm": {"gpu_memory_gb": {"v100-sxm2": 32}}})
+    {'v100-sxm2': 32}
+    >>> try:
+    ...     gpu_memory({"slurm": {"gpu_memory_gb": {"v100": "32 GB"}}})
+    ... except SettingsError as e:
+    ...     print(e)
+    [slurm] gpu_memory_gb: v100 = '32 GB' must be a whole number of GB, such as 32
+    """
+    memory = {}
+    for model, gb in settings["slurm"]["gpu_memory_gb"].items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}", model):
+            raise SettingsError(f"[slurm] gpu_memory_gb: {model!r} is not a GPU model's name")
+        if isinstance(gb, bool) or not isinstance(gb, int) or not 0 < gb < 100000:
+            raise SettingsError(
+                f"[slurm] gpu_memory_gb: {model} = {gb!r} must be a whole number of GB, such as 32"
+            )
+        memory[model] = gb
+    return memory
+
+
 def prewarm_imports(settings):
     """``{environment: [module, ...]}`` of the sessions' pre-warmed kernels
     ([session] prewarm_imports; ``{}`` when prewarm_kernel is false), each a

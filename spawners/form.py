@@ -19,7 +19,11 @@ from portal.core.profiles import ProfileError, choose
 from portal.helper.imagecheck import ImageError, plain_path
 
 TEMPLATES = Path(__file__).parent / "templates"
-OPTION_KEYS = {"profile", "gpus", "hours", "nodes", "image", "notify"}
+# The site's choices (issue 38), beside the profile's own fields: the
+# partition, the GPU model, account, QOS, reservation and node feature, and
+# a session without GPUs' cores and memory.
+SITE_KEYS = ("partition", "gpu_type", "account", "qos", "reservation", "feature", "cores", "mem_gb")
+OPTION_KEYS = {"profile", "gpus", "hours", "nodes", "image", "notify", *SITE_KEYS}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _html = Environment(
@@ -58,9 +62,14 @@ def resolve(options, profiles, groups):
         raise ProfileError("No profile is available to you; ask your admin", "profile")
     name = options.get("profile") or offered[0].name
     profile = choose(offered, name, groups)
+    site = {key: options.get(key) for key in SITE_KEYS if key != "partition"}
+    for key, value in site.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, type(None))):
+            raise ProfileError(f"{key} must be text or a whole number", key)
     job_slice = profile.make_slice(
-        options.get("gpus", 1), options.get("hours"), options.get("nodes")
-    )
+        options.get("gpus", 1), options.get("hours"), options.get("nodes"),
+        options.get("partition"), **site,
+    )  # fmt: skip
     user_image(options, profile)
     notify_choice(options)
     return profile, job_slice
@@ -137,6 +146,11 @@ def valid_options(profile, job_slice, options=None):
         "hours": job_slice.hours,
         "nodes": job_slice.nodes,
     }
+    if job_slice.partition != profile.partition:
+        kept["partition"] = job_slice.partition
+    kept.update(job_slice.choices())
+    if job_slice.cpu_only:
+        kept.update(cores=job_slice.cores, mem_gb=job_slice.mem_gb)
     image = user_image(options or {}, profile)
     if image:
         kept["image"] = image
@@ -187,13 +201,14 @@ def link_notes(link, profile, values):
 # -- the page ----------------------------------------------------------------
 
 
-def offered_choices(offered, partitions, expected_start, quotas=None):
+def offered_choices(offered, partitions, expected_start, quotas=None, site=None):
     """Each offered profile as the page shows it: its fields, the GPUs and
     nodes it can have now (its own limits, within its partition's largest
     node and node count), what is free, the expected starts of the sizes
     no node can take now (``expected_start``: Slice -> datetime), and the
     GPUs the user's QOS lets them ask for still (``quotas``: partition ->
-    GpuQuota or None)."""
+    GpuQuota or None), and the site's choices (``site``: profile -> its
+    ``portal.slurm.choices.offer``)."""
     profiles = []
     for p in offered:
         part = partitions.get(p.partition)
@@ -219,6 +234,7 @@ def offered_choices(offered, partitions, expected_start, quotas=None):
                 },
                 "quota": quota.describe() if quota else "",
                 "quota_room": quota.room if quota else None,
+                "site": site(p) if site else None,
             }
         )
     return profiles
@@ -253,18 +269,19 @@ def refusal(message):
 
 
 def render_options_form(
-    offered, poller, last, link=None, username="you", quotas=None, name_sessions=0
+    offered, poller, last, link=None, username="you", quotas=None, name_sessions=0, site=None
 ):
     """The spawn page's HTML for the ``offered`` profiles (at least one),
     sized by what the shared ``poller`` knows now and the user's GPU
     ``quotas`` (``offered_choices``), pre-filled with the ``last`` options
     or a spawn ``link``'s values (then with notes on what did not fit).
     ``name_sessions``: how many sessions the user may run at once, when this
-    page (the default session's) may name a new one beside it; 0 otherwise."""
+    page (the default session's) may name a new one beside it; 0 otherwise.
+    ``site``: profile -> the site's choices it offers (``portal.slurm.choices.offer``)."""
     if link is not None:
         # a link's values alone: what it leaves out takes the profile's defaults
         last = link
-    profiles = offered_choices(offered, poller.partitions, poller.expected_start, quotas)
+    profiles = offered_choices(offered, poller.partitions, poller.expected_start, quotas, site)
     chosen, current, values = chosen_values(profiles, last)
     return _html.get_template("form.html.j2").render(
         profiles=profiles,

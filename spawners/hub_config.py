@@ -547,6 +547,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.cluster_interval = slurm["cluster_interval"]
     c.PortalSpawner.unknown_grace = slurm["unknown_grace"]
     c.PortalSpawner.warn_minutes = slurm["warn_minutes"]
+    c.PortalSpawner.gpu_memory_gb = site_settings.gpu_memory(settings)
     c.PortalSpawner.prewarm_imports = site_settings.prewarm_imports(settings)
     c.PortalSpawner.notice_from = site_settings.mail_from(settings)
     c.PortalSpawner.notice_hub_url = site_settings.public_url(settings) + "hub/"

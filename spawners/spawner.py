@@ -26,6 +26,7 @@ import asyncio
 import os
 import re
 import time
+from datetime import datetime
 
 from tornado import web
 
@@ -34,6 +35,7 @@ from portal.core.idle import session_idle_seconds
 from portal.core.profiles import ProfileError, profile_from_dict
 from portal.core.script import render_batch_script
 from portal.core.slice import Slice, SliceError
+from portal.slurm import choices
 from portal.slurm import commands as slurm
 
 from . import form, metrics, quota, reach
@@ -102,6 +104,45 @@ class PortalSpawner(
         self.last_options = form.valid_options(self.profile, self.job_slice, user_options)
         return self.job_slice
 
+    async def apply_options(self, user_options):
+        """``load_user_options``, then the check against the site's Slurm as
+        the shared poll knows it (``portal.slurm.choices``: the partition, GPU
+        model, account, QOS, reservation and node feature): JupyterHub calls
+        this before start, for the form, spawn links and the REST API alike.
+        A refusal is HTTP 400 naming the field, and changes nothing."""
+        previous = self.profile, self.job_slice
+        job_slice = self.load_user_options(user_options)
+        try:
+            await self.check_site_choices(self.profile, job_slice)
+        except SliceError as e:
+            self.profile, self.job_slice = previous
+            self._restore_last_options()
+            metrics.refused("options")
+            raise web.HTTPError(400, f"{e} (field: {e.field})" if e.field else str(e)) from None
+        return job_slice
+
+    async def check_site_choices(self, profile, job_slice):
+        """SliceError naming the field when the site's Slurm would refuse
+        ``job_slice`` of ``profile`` or never start it (``choices.check``);
+        the catalog of accounts is awaited (2 s at most) when the slice
+        names an account, QOS or reservation and none was read yet."""
+        poller = self.poller
+        needs = {"account", "qos", "reservation"} & set(job_slice.choices())
+        if needs and getattr(poller, "catalog", None) is None and hasattr(poller, "catalog_since"):
+            await poller.catalog_since(self.catalog_max_age, timeout=2.0)
+        choices.check(
+            profile, job_slice, poller.partitions, getattr(poller, "catalog", None),
+            self.user.name, datetime.now(),
+        )  # fmt: skip
+
+    def site_offer(self, last):
+        """The spawn page's site choices of a profile (``choices.offer``)."""
+        poller, now = self.poller, datetime.now()
+        catalog = getattr(poller, "catalog", None)
+        return lambda profile: choices.offer(
+            profile, poller.partitions, catalog, self.user.name, now, last, self.gpu_memory_gb
+        )
+
     def _restore_last_options(self):
         orm = self.orm_spawner
         if orm is None or orm.user_options == (self.last_options or {}):
@@ -136,7 +177,10 @@ class PortalSpawner(
         last = dict(self.orm_spawner.user_options or {}) if self.orm_spawner else {}
         link, self._link_options = self._link_options, None
         naming = self.sessions_per_user if self.sessions_per_user > 1 and not self.name else 0
-        return form.render_options_form(offered, poller, last, link, self.user.name, quotas, naming)
+        return form.render_options_form(
+            offered, poller, last, link, self.user.name, quotas, naming,
+            site=self.site_offer(link if link is not None else last),
+        )  # fmt: skip
 
     # -- running Slurm's commands ---------------------------------------
 
@@ -192,6 +236,10 @@ class PortalSpawner(
             raise web.HTTPError(500, f"Invalid environment variable names: {bad[:5]}")
         home = env["HOME"]
         quota.check_sessions(self)
+        try:  # the site's Slurm as the poll knows it now, just before sbatch
+            await self.check_site_choices(self.profile, job_slice)
+        except SliceError as e:
+            raise web.HTTPError(400, f"{e} (field: {e.field})") from None
         await quota.check(self, job_slice)  # before anything runs as the user
         await self.prepare_notices()
         await self.check_user_image()  # as the user, before anything is submitted

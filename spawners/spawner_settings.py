@@ -93,6 +93,17 @@ class PortalSpawnerSettings(SlurmSpawner):
         answers, before it hands the session to the hub (a refused connection
         costs the hub well under a millisecond). Default 0.05.""",
     ).tag(config=True)
+    catalog_max_age = Float(
+        300.0,
+        help="""Seconds the catalog of the site's accounts, QOS and
+        reservations may be old when a spawn names one of them; an older one
+        is read again first (once for every spawn meanwhile). Default 300.""",
+    ).tag(config=True)
+    gpu_memory_gb = Dict(
+        {},
+        help="""GB of memory of each GPU model (a GRES type), as the spawn
+        page shows it beside the model ([slurm] gpu_memory_gb).""",
+    ).tag(config=True)
     form_sinfo_age = Float(
         5.0,
         help="""Seconds an sinfo may be old when the spawn page renders; an
@@ -295,7 +306,7 @@ class PortalSpawnerSettings(SlurmSpawner):
     @default("apply_user_options")
     def _apply_user_options_default(self):
         # JupyterHub calls this before start, for the form and the REST API alike.
-        return lambda spawner, user_options: spawner.load_user_options(user_options)
+        return lambda spawner, user_options: spawner.apply_options(user_options)
 
     @default("options_form")
     def _options_form_default(self):

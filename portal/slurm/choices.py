@@ -1,0 +1,269 @@
+"""What the site's Slurm lets a user choose for a profile (issue 38): the
+partition, the GPU model, the account, the QOS, a reservation, a node
+feature, or no GPU at all.
+
+One reading serves the page and the checks alike: ``offer`` lists every
+choice of a profile, each with the reason it cannot be taken ("" when it
+can), for the spawn page to show disabled; ``check`` refuses a request
+whose choice the offer would show disabled, with that reason, naming the
+field. The form, spawn links, the REST API and notebook jobs all pass
+through ``check`` (the hub's ``PortalSpawner.apply_options`` and its
+submission, ``portal.notebookjobs``), just before sbatch.
+
+Both read what the shared poll knows: its sinfo (``partitions``: typed GRES
+and features per node) and its catalog of the site's accounting
+(``catalog``: ``portal.slurm.model.SiteCatalog``: associations, QOS,
+fairshare, reservations, partitions' Allow/Deny lists), read for all users
+at once, never per page. Pure functions of those.
+"""
+
+from portal.core.slice import CHOICE_LABELS, SliceError
+
+
+def _models(partition):
+    """``{model: GpuModel}`` of a partition's typed GRES ("" untyped left out)."""
+    models = partition.gpu_models() if hasattr(partition, "gpu_models") else {}
+    return {name: model for name, model in models.items() if name}
+
+
+def _features(partition):
+    return sorted({f for node in partition.nodes for f in getattr(node, "features", ())})
+
+
+def _model_on_node(partition, model):
+    """The most GPUs of ``model`` one node of ``partition`` has."""
+    return max(
+        (total for node in partition.nodes for t, total, _used in getattr(node, "gpu_types", ())
+         if t == model),
+        default=0,
+    )  # fmt: skip
+
+
+def partition_refusal(profile, job_slice, partitions):
+    """Why ``job_slice`` cannot run on its partition as the cluster is now
+    ("" when it can), and the field to name; ("", "") when the cluster is
+    not known yet (sbatch is the judge then)."""
+    partition = partitions.get(job_slice.partition)
+    if not partitions:
+        return "", ""
+    if partition is None:
+        return f"Partition {job_slice.partition} does not exist on this cluster", "partition"
+    if job_slice.gpus and not partition.gpus:
+        return (
+            f"Partition {partition.name} has no GPUs: choose no GPU there, or a partition "
+            "with GPUs",
+            "gpus",
+        )
+    if not job_slice.gpus and partition.gpus:
+        cpu = [p for p in profile.all_partitions if p in partitions and not partitions[p].gpus]
+        where = f" ({', '.join(cpu)})" if cpu else ""
+        return (
+            f"A session without GPUs runs on a partition without GPUs{where}, not {partition.name}",
+            "partition",
+        )
+    model = job_slice.gpu_type
+    if model:
+        models = _models(partition)
+        if model not in models:
+            known = ", ".join(sorted(models)) or "none typed"
+            return (
+                f"GPU model {model} is not on partition {partition.name} (models there: {known})",
+                "gpu_type",
+            )
+        most = _model_on_node(partition, model)
+        if job_slice.gpus > most:
+            return (
+                f"No node of partition {partition.name} has {job_slice.gpus} {model} GPUs "
+                f"(at most {most})",
+                "gpus",
+            )
+    if job_slice.feature and job_slice.feature not in _features(partition):
+        return (
+            f"No node of partition {partition.name} has the feature {job_slice.feature}",
+            "feature",
+        )
+    return "", ""
+
+
+def accounting_refusal(job_slice, catalog, user, now):
+    """Why the account, QOS or reservation of ``job_slice`` cannot be used
+    by ``user`` ("" when they can), and the field to name."""
+    chosen = {
+        k: v for k, v in job_slice.choices().items() if k in ("account", "qos", "reservation")
+    }
+    if not chosen:
+        return "", ""
+    if catalog is None:
+        field = next(iter(chosen))
+        return (
+            f"The cluster's accounts are not read yet, so {CHOICE_LABELS[field].lower()} "
+            f"{chosen[field]} cannot be checked: try again in a moment",
+            field,
+        )
+    accounts = catalog.accounts_of(user)
+    account = job_slice.account or (accounts[0] if accounts else "")
+    if job_slice.account:
+        reason = catalog.account_refusal(user, job_slice.account, job_slice.partition)
+        if reason:
+            return reason, "account"
+    if job_slice.qos:
+        reasons = dict(catalog.qos_choices(user, account, job_slice.partition))
+        if job_slice.qos not in reasons:
+            return (
+                f"QOS {job_slice.qos} is not one of account {account}'s on partition "
+                f"{job_slice.partition}",
+                "qos",
+            )
+        if reasons[job_slice.qos]:
+            return reasons[job_slice.qos], "qos"
+    if job_slice.reservation:
+        reason = catalog.reservation_refusal(job_slice.reservation, user, [account], now)
+        if reason:
+            return reason, "reservation"
+        held = next(r for r in catalog.reservations if r.name == job_slice.reservation)
+        if held.partition and held.partition != job_slice.partition:
+            return (
+                f"Reservation {held.name} is on partition {held.partition}, not "
+                f"{job_slice.partition}",
+                "reservation",
+            )
+    return "", ""
+
+
+def reservation_nodes_refusal(job_slice, catalog, partitions):
+    """Why the reservation's nodes cannot take the session (none of them in
+    its partition), "" when they can or are not known."""
+    if not job_slice.reservation or catalog is None or not partitions:
+        return ""
+    held = next((r for r in catalog.reservations if r.name == job_slice.reservation), None)
+    partition = partitions.get(job_slice.partition)
+    if held is None or partition is None or not held.nodes:
+        return ""
+    if not set(held.nodes) & {n.name for n in partition.nodes}:
+        return (
+            f"Reservation {held.name} holds {', '.join(held.nodes)}, none of partition "
+            f"{partition.name}"
+        )
+    return ""
+
+
+def check(profile, job_slice, partitions, catalog, user, now):
+    """Refuse, with SliceError naming the field, a ``job_slice`` of
+    ``profile`` that the site's Slurm would refuse or never start (what
+    ``offer`` shows disabled); nothing when it fits."""
+    reason, field = partition_refusal(profile, job_slice, partitions)
+    if not reason:
+        reason, field = accounting_refusal(job_slice, catalog, user, now)
+    if not reason:
+        reason, field = reservation_nodes_refusal(job_slice, catalog, partitions), "reservation"
+    if reason:
+        raise SliceError(reason, field)
+
+
+# -- the page ------------------------------------------------------------------
+
+
+def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None):
+    """The site's choices of ``profile`` for ``user``, as the spawn page
+    shows them (JSON-able), each with ``reason`` ("" when it can be taken):
+
+    - ``partitions``: its partitions, each with ``gpus`` (whether it has
+      any), its GPU ``models`` (free, total, most free on one node, memory
+      where the site declares it in ``gpu_memory``) and node ``features``;
+    - ``accounts``: the user's accounts, the ``last`` one used first (else
+      their default), each with its fairshare and GPU-hours, and its reason
+      per partition;
+    - ``qos``: per account and partition, each QOS with its limits and reason;
+    - ``reservations``: the active and upcoming ones, with their window,
+      nodes and reason (per partition: none of its nodes there).
+    """
+    last = last or {}
+    gpu_memory = gpu_memory or {}
+    parts = []
+    for name in profile.all_partitions:
+        partition = partitions.get(name)
+        if partition is None:
+            parts.append({"name": name, "gpus": None, "models": [], "features": [],
+                          "reason": "Not known to the cluster now"})  # fmt: skip
+            continue
+        models = [
+            {
+                "type": m.type,
+                "free": m.free,
+                "total": m.total,
+                "largest_free": m.largest_free,
+                "most_on_node": _model_on_node(partition, m.type),
+                "memory_gb": gpu_memory.get(m.type),
+            }
+            for m in sorted(_models(partition).values(), key=lambda m: m.type)
+            if not profile.gpu_types or m.type in profile.gpu_types
+        ]
+        features = [
+            f for f in _features(partition) if not profile.features or f in profile.features
+        ]
+        gpus = bool(partition.gpus)
+        reason = "" if gpus or profile.cpu_sessions else "No GPUs here, and no sessions without"
+        largest = partition.largest_node
+        parts.append({
+            "name": name, "gpus": gpus, "models": models,
+            "features": features if "feature" in profile.choose else [],
+            "reason": reason,
+            "free": partition.gpus_free, "total": partition.gpus,
+            "largest_free": partition.largest_free,
+            "nodes_free": sorted((n.gpus_free for n in partition.nodes), reverse=True),
+            "offered_gpus": max(1, min(profile.max_gpus, largest.gpus if largest else 0)),
+            "offered_nodes": max(1, min(profile.max_nodes, len(partition.nodes))),
+            "cores": min(profile.max_cores, max((n.cpus for n in partition.nodes), default=0)),
+            "mem_gb": min(profile.max_mem_gb,
+                          max((n.mem_mb for n in partition.nodes), default=0) // 1024),
+        })  # fmt: skip
+    result = {"partitions": parts, "accounts": [], "qos": {}, "reservations": [],
+              "catalog": catalog is not None}  # fmt: skip
+    if catalog is None:
+        return result
+    accounts = catalog.accounts_of(user)
+    if last.get("account") in accounts:
+        accounts = [last["account"], *(a for a in accounts if a != last["account"])]
+    names = [p["name"] for p in parts]
+    if "account" in profile.choose:
+        for account in accounts:
+            share = catalog.shares.get((account, user))
+            result["accounts"].append({
+                "name": account,
+                "fairshare": round(share.fairshare, 3) if share else None,
+                "gpu_hours": round(share.gpu_hours, 1) if share else None,
+                "reasons": {p: catalog.account_refusal(user, account, p) for p in names},
+            })  # fmt: skip
+    if "qos" in profile.choose:
+        for account in accounts if "account" in profile.choose else accounts[:1]:
+            result["qos"][account] = {
+                p: [
+                    {"name": q, "limits": _qos_limits(catalog, q), "reason": reason}
+                    for q, reason in catalog.qos_choices(user, account, p)
+                ]
+                for p in names
+            }
+    if "reservation" in profile.choose:
+        for held, reason in catalog.reservation_choices(user, accounts, now):
+            reasons = {}
+            for p in names:
+                partition = partitions.get(p)
+                nodes = {n.name for n in partition.nodes} if partition else set()
+                if reason:
+                    reasons[p] = reason
+                elif held.partition and held.partition != p:
+                    reasons[p] = f"On partition {held.partition}"
+                elif held.nodes and not set(held.nodes) & nodes:
+                    reasons[p] = f"Its nodes ({', '.join(held.nodes)}) are not in {p}"
+                else:
+                    reasons[p] = ""
+            result["reservations"].append({
+                "name": held.name, "window": held.window(), "nodes": list(held.nodes),
+                "active": held.active(now), "reasons": reasons,
+            })  # fmt: skip
+    return result
+
+
+def _qos_limits(catalog, name):
+    qos = catalog.qos.get(name)
+    return qos.describe() if qos else ""
