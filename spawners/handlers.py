@@ -40,11 +40,12 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from portal.core.idle import CULLER_SERVICE
+from portal.core.slice import FieldError
 from portal.core.timelimit import ExtendError, parse_hours
 from portal.extend import SessionExtender, may_extend, no_session
 from portal.roles import is_portal_admin
 
-from . import jupyterhub_patches
+from . import expected, form, jupyterhub_patches
 from .internal_tls import hub_client_context
 
 PORT_ROUTE = r"/api/batchspawner"
@@ -52,6 +53,7 @@ PORT_ROUTE = r"/api/batchspawner"
 EXTEND_ROUTE = r"/portal/sessions/([^/]+)(?:/([^/]+))?/extend"
 GPUS_ROUTE = r"/portal/sessions/([^/]+)(?:/([^/]+))?/gpus"
 NOTICES_ROUTE = r"/portal/notices"
+EXPECTED_ROUTE = r"/portal/expected-start"
 # Seconds the card's GPU figures may take to come from the session.
 GPUS_TIMEOUT = 5.0
 NOTICE_COOKIE = "portal-notice"
@@ -305,6 +307,44 @@ class NoticesHandler(BaseHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps({"events": events, "last": last}))
+
+
+class ExpectedStartHandler(BaseHandler):
+    """``GET /hub/portal/expected-start?profile=...&gpus=...``: when Slurm
+    would start the spawn page's exact choice (the spawn form's fields, as a
+    spawn link gives them), as JSON: ``{"start": "Sat 14:00" | null,
+    "slice": ...}``, or HTTP 400 ``{"error", "field"}`` for a choice the
+    page would refuse. ``sbatch --test-only`` as the user with the
+    submission's own resources (``expected.start_for``, kept for
+    ``expected.KEPT_SECONDS``): the page asks only for a choice that no node
+    can take now."""
+
+    @web.authenticated
+    async def get(self):
+        user = self.current_user
+        spawner = user.spawner
+        options = {
+            key: values[0].decode("utf8", "replace")
+            for key, values in self.request.query_arguments.items()
+        }
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        try:
+            form.check_options(options)
+            profile, job_slice = spawner.resolve_options(form.link_fields(
+                {k: [v] for k, v in options.items()}
+            ))  # fmt: skip
+            await spawner.check_site_choices(profile, job_slice)
+        except FieldError as e:
+            self.set_status(400)
+            self.finish(json.dumps({"error": str(e), "field": e.field}))
+            return
+        start, error = await expected.start_for(user.name, job_slice, spawner.slurm_timeout)
+        self.finish(json.dumps({
+            "start": start.strftime("%a %H:%M") if start else None,
+            "slice": job_slice.describe(),
+            "error": error,
+        }))  # fmt: skip
 
 
 class SessionGPUsHandler(BaseHandler):

@@ -41,7 +41,7 @@ def install_routes(store, notebook_jobs=None):
     stop during a spawn answered 500), ``HomeHandler`` (the card's notice,
     the user's notebook jobs from the store ``store``);
     added: the card's extension (with the profile store ``store``), GPU
-    figures, the pages' notices and, with ``notebook_jobs``
+    figures, the pages' notices, the spawn page's expected start and, with ``notebook_jobs``
     (``portal.notebookjobs.NotebookJobs``), the notebook jobs' API
     (``spawners.jobs_api``). Fails, and with it the hub's start, if a
     replaced handler has no route any more.
@@ -64,6 +64,7 @@ def install_routes(store, notebook_jobs=None):
         ours.EXTEND_ROUTE: (ours.SessionExtendHandler, {"store": store}),
         ours.GPUS_ROUTE: (ours.SessionGPUsHandler,),
         ours.NOTICES_ROUTE: (ours.NoticesHandler,),
+        ours.EXPECTED_ROUTE: (ours.ExpectedStartHandler,),
     }
     lists = (handlers.default_handlers, apihandlers.default_handlers)
     for routes in lists:

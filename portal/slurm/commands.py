@@ -451,6 +451,16 @@ async def expected_start(job_slice, timeout):
     return parse_will_run(await run(argv, timeout=timeout, with_stderr=True))
 
 
+async def expected_start_as(username, job_slice, timeout):
+    """When Slurm would start ``username``'s job of ``job_slice``, its
+    account, QOS and reservation included (``sbatch --test-only`` as the
+    user, through the sudoers rule: the same argument vector as the
+    submission's resources; nothing is submitted), or None. SlurmError
+    with sbatch's reason when Slurm would refuse it."""
+    argv = as_user(username, sbatch_argv(job_slice, test_only=True))
+    return parse_will_run(await run(argv, timeout=timeout, with_stderr=True))
+
+
 async def end_reason(job_id, job_name, timeout):
     """How the job ``job_id`` named ``job_name`` ended, from sacct
     (``"FAILED, exit code 1:0"``), or ""."""

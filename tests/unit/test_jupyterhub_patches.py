@@ -51,15 +51,15 @@ def test_install_routes_replaces_and_adds_the_portals_handlers_once():
                 "api = {r: c.__name__ for r, c, *_ in a.default_handlers}",
                 "print(pages['/spawn'], pages['/home'], api[r'/api/users/([^/]+)/server'])",
                 "print(pages[ours.EXTEND_ROUTE], pages[ours.GPUS_ROUTE], api[ours.PORT_ROUTE])",
-                "print(pages[ours.NOTICES_ROUTE])",
+                "print(pages[ours.NOTICES_ROUTE], pages[ours.EXPECTED_ROUTE])",
                 "print(len(h.default_handlers) - len(before) + len(a.default_handlers))",
                 "print([r for r, *_ in a.default_handlers].count(ours.PORT_ROUTE))",
             ]
         )
     ) == [
         "PortalSpawnHandler", "PortalHomeHandler", "PortalUserServerAPIHandler",
-        "SessionExtendHandler", "SessionGPUsHandler", "PortReportHandler", "NoticesHandler",
-        "3", "1",
+        "SessionExtendHandler", "SessionGPUsHandler", "PortReportHandler",
+        "NoticesHandler", "ExpectedStartHandler", "4", "1",
     ]  # fmt: skip
 
 
