@@ -13,16 +13,20 @@ import json
 import re
 import subprocess
 import threading
+import time
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from portal import settings as site_settings
 from portal.slurm import commands
+from portal.slurm.model import SiteCatalog, catalog_path
 from portal.slurm.parse import expand_hostlist, max_time_minutes, parse_time
 from spawners.poller import SlurmPoller
 from tests.support import REPO
+from tests.support.testhub import STATE
 
 HUB_USER = site_settings.load()["hub"]["user"]
 HUB_PYTHON = "/opt/portal/envs/hub/bin/python"
@@ -275,3 +279,19 @@ def test_the_shared_poll_reads_the_catalog_once_for_every_page(cluster, capsys):
     assert cost.get("REQUEST_SHARE_INFO") == 1, cost
     with capsys.disabled():
         print(f"\nCATALOG one read's slurmctld RPCs (sdiag, others' included): {cost}")
+
+
+def test_the_hub_s_poll_reads_the_catalog_as_it_starts_and_writes_it_for_the_service(hub, catalog):
+    """The test hub's own poll: its catalog, beside its snapshot, the hub's
+    account's alone, is the one read here (its time and usage aside)."""
+    path = Path(catalog_path(str(STATE / "cluster.json")))
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not written"
+        time.sleep(0.5)
+    assert path.stat().st_mode & 0o777 == 0o600 and path.owner() == HUB_USER
+    written = SiteCatalog.from_json(path.read_text())
+    assert written.error == "" and written.time is not None
+    assert written.associations == catalog.associations
+    assert written.qos == catalog.qos and written.partitions == catalog.partitions
+    assert written.shares.keys() == catalog.shares.keys()
