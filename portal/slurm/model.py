@@ -382,10 +382,30 @@ class Qos:
     min_gpus_per_job: int | None
     flags: tuple
 
-    def describe(self):
-        def gpus(n):
-            return f"{n} GPU{'s' if n != 1 else ''}"
+    def gpus_refusal(self, gpus, named="QOS"):
+        """Why a job of ``gpus`` GPUs in all may not run under it ("": it
+        may; None: not known, nothing checked).
 
+        >>> Qos("portal", 0, None, 4, None, 1, ()).gpus_refusal(0)
+        'QOS portal needs at least 1 GPU per job'
+        >>> Qos("cpu", 0, None, None, 0, None, ()).gpus_refusal(1, "Partition cpu's QOS")
+        "Partition cpu's QOS cpu is for jobs without GPUs"
+        >>> nlp, normal = Qos("nlp", 0, None, None, 2, None, ()), Qos("x", 0, *[None] * 4, ())
+        >>> nlp.gpus_refusal(4), nlp.gpus_refusal(None), normal.gpus_refusal(4)
+        ('QOS nlp allows at most 2 GPUs per job', '', '')
+        """
+        if gpus is None:
+            return ""
+        if self.min_gpus_per_job and gpus < self.min_gpus_per_job:
+            return f"{named} {self.name} needs at least {_gpus(self.min_gpus_per_job)} per job"
+        if self.max_gpus_per_job is not None and gpus > self.max_gpus_per_job:
+            if not self.max_gpus_per_job:
+                return f"{named} {self.name} is for jobs without GPUs"
+            return f"{named} {self.name} allows at most {_gpus(self.max_gpus_per_job)} per job"
+        return ""
+
+    def describe(self):
+        gpus = _gpus
         parts = []
         if self.max_gpus_per_user is not None:
             parts.append(f"up to {gpus(self.max_gpus_per_user)} per user")
@@ -475,6 +495,10 @@ class Reservation:
                 return f"Reservation {self.name} is not open to {_names('account', accounts)}"
             return f"Reservation {self.name} is for {_names('account', self.accounts)}"
         return ""
+
+
+def _gpus(n):
+    return f"{n} GPU{'s' if n != 1 else ''}"
 
 
 def _names(kind, names):
@@ -577,15 +601,19 @@ class SiteCatalog:
         policy = self.partitions.get(partition)
         return policy.account_refusal(account) if policy else ""
 
-    def qos_choices(self, user, account, partition):
+    def qos_choices(self, user, account, partition, gpus=None):
         """``[(qos, reason)]``: every QOS of ``user``'s associations, those
         of ``account``'s on ``partition`` first (its usual one first);
-        reason "" for one they may choose, else why not."""
+        reason "" for one they may choose, else why not. ``gpus``, the
+        job's GPUs in all (None: not known yet): a QOS, or the partition's
+        own QOS, whose GPUs per job it is outside of is refused too."""
         assoc = self.association(user, account, partition)
         names = [assoc.usual_qos, *assoc.qos] if assoc else []
         names += sorted({q for a in self._by_user.get(user, ()) for q in a.qos})
         refusal = self.account_refusal(user, account, partition)
         policy = self.partitions.get(partition)
+        if not refusal and policy and policy.qos in self.qos:
+            refusal = self.qos[policy.qos].gpus_refusal(gpus, f"Partition {partition}'s QOS")
         choices = []
         for qos in dict.fromkeys(q for q in names if q):
             if refusal:
@@ -594,18 +622,28 @@ class SiteCatalog:
                 reason = f"Your association with account {account} does not include QOS {qos}"
             else:
                 reason = policy.qos_refusal(qos) if policy else ""
+                if not reason and qos in self.qos:
+                    reason = self.qos[qos].gpus_refusal(gpus)
             choices.append((qos, reason))
         return choices
 
-    def default_qos(self, user, account, partition):
+    def default_qos(self, user, account, partition, gpus=None):
         """The QOS to offer first: the association's usual one (what Slurm
-        gives a job that names none) when allowed there, else the first
-        allowed; "" when none is."""
-        allowed = [q for q, reason in self.qos_choices(user, account, partition) if not reason]
+        gives a job that names none) when allowed there (for ``gpus``,
+        when given), else the first allowed; "" when none is."""
+        choices = self.qos_choices(user, account, partition, gpus)
+        allowed = [q for q, reason in choices if not reason]
         assoc = self.association(user, account, partition)
         if assoc and assoc.usual_qos in allowed:
             return assoc.usual_qos
         return allowed[0] if allowed else ""
+
+    def cpu_only(self, partition):
+        """Whether the partition's own QOS allows no GPU per job (a CPU
+        partition, whatever GPUs its nodes have)."""
+        policy = self.partitions.get(partition)
+        qos = self.qos.get(policy.qos) if policy and policy.qos else None
+        return qos is not None and qos.max_gpus_per_job == 0
 
     def reservation_choices(self, user, accounts, now, groups=None):
         """``[(Reservation, reason)]`` of the reservations active or

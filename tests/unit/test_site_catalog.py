@@ -6,6 +6,7 @@ nlp; the reservation vision-course for alice on n3), what it lets each
 user choose and why not, and how the shared poll reads it."""
 
 import asyncio
+import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -45,14 +46,19 @@ root|root||normal|
 |lab-nlp||nlp|nlp
 bob|lab-nlp||nlp|nlp
 carol|lab-nlp||nlp|nlp
+portal|lab-nlp||nlp|nlp
+root|lab-nlp||nlp|nlp
 |lab-vision||vision|vision
 alice|lab-vision||vision|vision
 carol|lab-vision||vision|vision
-|portal||portal|portal
-alice|portal||portal|portal
-bob|portal||portal|portal
-carol|portal||portal|portal
-portal|portal||portal|portal
+portal|lab-vision||vision|vision
+root|lab-vision||vision|vision
+|portal||cpu,portal|portal
+alice|portal||cpu,portal|portal
+bob|portal||cpu,portal|portal
+carol|portal||cpu,portal|portal
+portal|portal||cpu,portal|portal
+root|portal||cpu,portal|portal
 """
 
 # sacctmgr -n -P show user format=User,DefaultAccount
@@ -69,6 +75,7 @@ root|root
 QOS = """\
 normal|0|||||
 portal|0|1-00:00:00|gres/gpu=4||gres/gpu=1|DenyOnLimit
+cpu|0|1-00:00:00|gres/gpu=4|gres/gpu=0||DenyOnLimit
 vision|10|1-00:00:00|gres/gpu=4|||DenyOnLimit
 nlp|10|12:00:00|gres/gpu=2|||DenyOnLimit
 """
@@ -90,16 +97,16 @@ root|||cpu=1217,mem=7479296,energy=0,node=68,billing=1217,fs/disk=0,vmem=0,pages
 # scontrol show reservation -o
 RESERVATIONS = (
     "ReservationName=vision-course StartTime=2026-11-28T09:00:00 EndTime=2026-12-05T09:00:00 "
-    "Duration=7-00:00:00 Nodes=n3 NodeCnt=1 CoreCnt=16 Features=(null) PartitionName=sxm2 "
+    "Duration=7-00:00:00 Nodes=n3 NodeCnt=1 CoreCnt=16 Features=(null) PartitionName=(null) "
     "Flags=SPEC_NODES TRES=cpu=16 Users=alice Groups=(null) Accounts=(null) Licenses=(null) "
     "State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n"
     "ReservationName=nlp-deadline StartTime=2026-12-10T00:00:00 EndTime=2026-12-11T00:00:00 "
-    "Duration=1-00:00:00 Nodes=n2 NodeCnt=1 CoreCnt=16 Features=(null) PartitionName=pcie "
-    "Flags=SPEC_NODES TRES=cpu=16 Users=(null) Groups=(null) Accounts=lab-nlp "
+    "Duration=1-00:00:00 Nodes=n2 NodeCnt=1 CoreCnt=32 Features=(null) PartitionName=pcie "
+    "Flags=SPEC_NODES TRES=cpu=32 Users=(null) Groups=(null) Accounts=lab-nlp "
     "Licenses=(null) State=INACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n"
     "ReservationName=last-week StartTime=2026-11-20T09:00:00 EndTime=2026-11-21T09:00:00 "
-    "Duration=1-00:00:00 Nodes=n1 NodeCnt=1 CoreCnt=16 Features=(null) PartitionName=(null) "
-    "Flags=SPEC_NODES TRES=cpu=16 Users=-bob Groups=(null) Accounts=(null) "
+    "Duration=1-00:00:00 Nodes=n1 NodeCnt=1 CoreCnt=32 Features=(null) PartitionName=(null) "
+    "Flags=SPEC_NODES TRES=cpu=32 Users=-bob Groups=(null) Accounts=(null) "
     "Licenses=(null) State=INACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)\n"
 )
 
@@ -126,17 +133,19 @@ def catalog():
 
 def test_each_partition_lists_its_gpu_models_with_their_free_counts():
     parts = parse_sinfo(SINFO)
-    assert parts["sxm2"].gpu_models() == {"v100-sxm2": GpuModel("v100-sxm2", 8, 6, 4)}
-    assert parts["pcie"].gpu_models() == {"v100-pcie": GpuModel("v100-pcie", 2, 2, 2)}
+    assert parts["sxm2"].gpu_models() == {"v100-sxm2": GpuModel("v100-sxm2", 6, 4, 2)}
+    assert parts["pcie"].gpu_models() == {"v100-pcie": GpuModel("v100-pcie", 4, 4, 4)}
     assert parts["gpu"].gpu_models() == {
-        "v100-sxm2": GpuModel("v100-sxm2", 8, 6, 4),
-        "v100-pcie": GpuModel("v100-pcie", 2, 2, 2),
+        "v100-sxm2": GpuModel("v100-sxm2", 4, 2, 2),
+        "v100-pcie": GpuModel("v100-pcie", 4, 4, 4),
     }
-    assert parts["cpu"].gpu_models() == {} and parts["cpu"].gpus == 0
-    n1 = parts["sxm2"].nodes[0]
+    n1, n3 = parts["sxm2"].nodes
     assert n1.gpu_types == (("v100-sxm2", 4, 2),) and n1.gpus == 4 and n1.gpus_used == 2
-    assert n1.features == ("v100", "sxm2", "nvlink")
+    assert n1.features == ("v100", "sxm2", "nvlink") and n3.features == ("v100", "sxm2", "course")
     assert parts["pcie"].nodes[0].features == ("v100", "pcie")
+    # the CPU partition's nodes have GPUs: its own QOS (the catalog's) allows none
+    assert parts["cpu"].gpus == 8 and catalog().cpu_only("cpu")
+    assert not catalog().cpu_only("gpu") and not catalog().cpu_only("nowhere")
 
 
 def test_a_node_with_two_models_and_a_down_one_count_apart():
@@ -189,12 +198,14 @@ def test_the_parsers_read_the_demo_s_accounts_qos_shares_and_reservations():
     assert alice.fairshare == 0.25 and alice.gpu_hours == 1.5
     assert site.shares["lab-vision", ""].gpu_hours == 1.5  # the account's own line
     course, deadline, past = site.reservations
-    assert course.nodes == ("n3",) and course.users == ("alice",) and course.partition == "sxm2"
-    assert deadline.accounts == ("lab-nlp",) and past.partition == "" and past.users == ("-bob",)
-    pcie, cpu = site.partitions["pcie"], site.partitions["cpu"]
-    assert pcie.deny_qos == ("nlp",) and pcie.allow_qos is None and pcie.allow_accounts is None
-    assert cpu.allow_qos == ("portal", "vision") and cpu.allow_groups == ("portal-users",)
-    assert cpu.qos == "cpuq" and site.partitions["gpu"].qos == ""
+    assert course.nodes == ("n3",) and course.users == ("alice",) and course.partition == ""
+    assert deadline.accounts == ("lab-nlp",) and deadline.partition == "pcie"
+    assert past.users == ("-bob",)
+    gpu, pcie, cpu = site.partitions["gpu"], site.partitions["pcie"], site.partitions["cpu"]
+    assert pcie.deny_qos == ("cpu", "nlp") and pcie.allow_qos is None
+    assert pcie.allow_accounts is None and pcie.allow_groups is None
+    assert gpu.deny_qos == ("cpu",) and gpu.qos == "" and cpu.qos == "cpu"
+    assert site.qos["cpu"].max_gpus_per_job == 0
 
 
 def test_the_parsers_read_the_demo_cluster_s_own_output():
@@ -252,21 +263,23 @@ def test_a_user_is_offered_their_own_accounts_the_default_first():
     assert site.accounts_of("mallory") == []
 
 
-def test_another_user_s_account_or_one_a_partition_does_not_allow_is_refused():
+def test_another_user_s_account_is_refused():
     site = catalog()
     assert site.account_refusal("alice", "lab-vision", "sxm2") == ""
     assert site.account_refusal("alice", "lab-nlp", "sxm2") == (
         "You have no association with account lab-nlp"
     )
-    assert site.account_refusal("bob", "lab-nlp", "cpu") == (
-        "Partition cpu does not allow account lab-nlp"
-    )
+    # another user's account: every QOS disabled, the account named
+    assert set(dict(site.qos_choices("alice", "lab-nlp", "sxm2")).values()) == {
+        "You have no association with account lab-nlp"
+    }
 
 
 def test_a_qos_the_partition_denies_is_offered_disabled_with_the_reason():
     site = catalog()
     assert site.qos_choices("bob", "lab-nlp", "sxm2") == [
         ("nlp", ""),
+        ("cpu", "Your association with account lab-nlp does not include QOS cpu"),
         ("portal", "Your association with account lab-nlp does not include QOS portal"),
     ]
     assert site.qos_choices("bob", "lab-nlp", "pcie")[0] == ("nlp", "Partition pcie denies QOS nlp")
@@ -274,22 +287,52 @@ def test_a_qos_the_partition_denies_is_offered_disabled_with_the_reason():
     assert site.default_qos("bob", "lab-nlp", "sxm2") == "nlp"
     assert site.qos_choices("carol", "lab-vision", "pcie") == [
         ("vision", ""),
+        ("cpu", "Your association with account lab-vision does not include QOS cpu"),
         ("nlp", "Your association with account lab-vision does not include QOS nlp"),
         ("portal", "Your association with account lab-vision does not include QOS portal"),
     ]
     assert site.default_qos("carol", "lab-vision", "pcie") == "vision"
-    # not in AllowQos
-    assert site.qos_choices("alice", "portal", "cpu") == [
-        ("portal", ""),
-        ("vision", "Your association with account portal does not include QOS vision"),
-    ]
-    assert dict(site.qos_choices("alice", "lab-vision", "cpu"))["vision"] == ""
-    policy = site.partitions["cpu"]
-    assert policy.qos_refusal("nlp") == "Partition cpu allows only QOS portal, vision"
-    # another user's account: every QOS disabled, the account named
-    assert set(dict(site.qos_choices("alice", "lab-nlp", "sxm2")).values()) == {
-        "You have no association with account lab-nlp"
+    assert dict(site.qos_choices("alice", "portal", "gpu")) == {
+        "portal": "",
+        "cpu": "Partition gpu denies QOS cpu",
+        "vision": "Your association with account portal does not include QOS vision",
     }
+
+
+def test_a_cpu_session_gets_the_cpu_qos_and_gpus_none_on_the_cpu_partition():
+    site = catalog()
+    assert dict(site.qos_choices("alice", "portal", "cpu", gpus=0)) == {
+        "portal": "QOS portal needs at least 1 GPU per job",
+        "cpu": "",
+        "vision": "Your association with account portal does not include QOS vision",
+    }
+    assert site.default_qos("alice", "portal", "cpu", gpus=0) == "cpu"
+    assert site.default_qos("alice", "portal", "cpu") == "portal"  # GPUs not known yet
+    assert set(dict(site.qos_choices("alice", "portal", "cpu", gpus=1)).values()) == {
+        "Partition cpu's QOS cpu is for jobs without GPUs"
+    }
+    assert site.default_qos("alice", "portal", "cpu", gpus=1) == ""
+    assert site.default_qos("alice", "portal", "gpu", gpus=2) == "portal"
+
+
+def test_a_partition_s_allow_lists_refuse_other_accounts_qos_and_groups():
+    site = dataclasses.replace(
+        catalog(),
+        partitions=parse_partition_policies((OUTPUT / "demo_partition_restricted.txt").read_text()),
+    )
+    labs = site.partitions["labs"]
+    assert labs.allow_qos == ("portal", "vision") and labs.allow_accounts == (
+        "portal",
+        "lab-vision",
+    )
+    assert labs.allow_groups == ("lab-vision",) and labs.deny_qos == ()
+    assert site.account_refusal("bob", "lab-nlp", "labs") == (
+        "Partition labs does not allow account lab-nlp"
+    )
+    assert dict(site.qos_choices("carol", "lab-vision", "labs"))["vision"] == ""
+    assert labs.qos_refusal("nlp") == "Partition labs allows only QOS portal, vision"
+    assert labs.groups_refusal(["lab-vision", "users"]) == ""
+    assert labs.groups_refusal(["lab-nlp"]) == "Partition labs is for members of group lab-vision"
 
 
 def test_an_association_of_one_partition_covers_only_that_partition():
