@@ -132,11 +132,13 @@ class Partition:
         """The node with the most GPUs (ties: the most cores, then memory)."""
         return max(self.nodes, key=lambda n: (n.gpus, n.cpus, n.mem_mb), default=None)
 
-    def gpu_models(self):
+    def gpu_models(self, nodes=None):
         """The partition's GPUs by type: ``{type: GpuModel}``, in the order
         the nodes list them; free GPUs only on available nodes (as
         ``gpus_free``). A node with GPUs but no types known (a snapshot from
-        before types) counts under type "".
+        before types) counts under type "". ``nodes``: only these node
+        names count (a reservation's nodes, or all but the reserved ones;
+        None: every node).
 
         >>> nodes = (Node("n1", ("sxm2",), 4, 1, 32, 8, 1024, 0, "mix", (("v100-sxm2", 4, 1),)),
         ...          Node("n3", ("sxm2",), 4, 0, 32, 0, 1024, 0, "idle", (("v100-sxm2", 4, 0),)),
@@ -145,9 +147,13 @@ class Partition:
         >>> models["v100-sxm2"], models["a100"]
         (GpuModel(type='v100-sxm2', total=8, free=7, largest_free=4), \
 GpuModel(type='a100', total=2, free=0, largest_free=0))
+        >>> Partition("sxm2", nodes, "1-00:00:00").gpu_models(nodes=("n3",))
+        {'v100-sxm2': GpuModel(type='v100-sxm2', total=4, free=4, largest_free=4)}
         """
         models = {}
         for node in self.nodes:
+            if nodes is not None and node.name not in nodes:
+                continue
             types = node.gpu_types or ((("", node.gpus, node.gpus_used),) if node.gpus else ())
             for kind, total, used in types:
                 free = max(total - used, 0) if node.available else 0

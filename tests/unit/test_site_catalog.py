@@ -33,7 +33,8 @@ from portal.slurm.parse import (
 )
 from spawners.poller import SlurmPoller
 
-# Slurm 22.05's output: the demo's shape (demo_*) and the demo cluster's own (captured_*)
+# Slurm 22.05.8's output: the demo cluster's own before its reshaping (captured_*) and
+# after (shape_*), and made in that shape with more cases (demo_*)
 OUTPUT = Path(__file__).parent / "slurm_2205"
 
 # sinfo --noheader --Node --Format SINFO_FIELDS (Features last)
@@ -250,6 +251,58 @@ def test_the_parsers_read_the_demo_cluster_s_own_output():
         ("n1", (("", 4, 0),), ()), ("n2", (("", 4, 0),), ()),
     ]  # fmt: skip
     assert gpu.gpu_models() == {"": GpuModel("", 8, 8, 4)}
+
+
+def test_the_reshaped_demo_cluster_s_own_output_gives_what_the_spawn_page_shows():
+    """The demo cluster in its new shape, as Slurm 22.05.8 printed it
+    (shape_*, taken while a job held one of n1's GPUs): both GPU models
+    with their free counts, each user's accounts, the QOS pcie denies,
+    the CPU partition's QOS, the reservation for alice alone."""
+
+    def shape(name):
+        return (OUTPUT / f"shape_{name}.txt").read_text()
+
+    parts = parse_sinfo(shape("sinfo"))
+    assert parts["gpu"].gpu_models() == {
+        "v100-sxm2": GpuModel("v100-sxm2", 4, 3, 3),
+        "v100-pcie": GpuModel("v100-pcie", 4, 4, 4),
+    }
+    assert parts["sxm2"].gpu_models() == {"v100-sxm2": GpuModel("v100-sxm2", 6, 5, 3)}
+    assert [n.features for n in parts["sxm2"].nodes] == [
+        ("v100", "sxm2", "nvlink"), ("v100", "sxm2", "course"),
+    ]  # fmt: skip
+    site = SiteCatalog(
+        associations=parse_associations(shape("assoc")),
+        default_accounts=parse_default_accounts(shape("users")),
+        qos=parse_qos(shape("qos")),
+        shares=parse_shares(shape("sshare")),
+        reservations=parse_reservations(shape("reservations")),
+        partitions=parse_partition_policies(shape("partitions")),
+    )
+    assert site.accounts_of("alice") == ["portal", "lab-vision"]
+    assert site.accounts_of("carol") == ["portal", "lab-nlp", "lab-vision"]
+    assert site.account_refusal("bob", "lab-vision", "gpu") == (
+        "You have no association with account lab-vision"
+    )
+    assert site.qos_choices("bob", "lab-nlp", "pcie")[0] == ("nlp", "Partition pcie denies QOS nlp")
+    assert site.default_qos("bob", "lab-nlp", "sxm2") == "nlp"
+    assert site.cpu_only("cpu") and site.default_qos("alice", "portal", "cpu", gpus=0) == "cpu"
+    assert site.qos["nlp"].describe() == "up to 4 GPUs per user, 1 day per job"
+    share = site.shares["portal", "alice"]
+    assert share.fairshare == 0.071429 and round(share.gpu_hours, 3) == 0.067  # 4 GPU-minutes
+    now = datetime(2026, 11, 28, 12, 30)
+    ((course, reason),) = site.reservation_choices("alice", site.accounts_of("alice"), now)
+    assert (course.name, reason, course.nodes, course.end) == (
+        "vision-course",
+        "",
+        ("n3",),
+        datetime(2027, 11, 28, 12, 8, 10),
+    )
+    assert course.flags == ("IGNORE_JOBS", "SPEC_NODES") and course.active(now)
+    for user in ("bob", "carol"):
+        assert site.reservation_refusal("vision-course", user, site.accounts_of(user), now) == (
+            "Reservation vision-course is not open to you"
+        )
 
 
 # -- what each user may choose -------------------------------------------------
