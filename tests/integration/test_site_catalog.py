@@ -142,7 +142,7 @@ def test_a_qos_a_partition_denies_or_does_not_allow_is_disabled_with_the_reason(
 ):
     partitions = records(slurm("scontrol", "show", "partition"))
     assert {p["PartitionName"] for p in partitions} == set(catalog.partitions)
-    checked = 0
+    checked, refused = 0, 0
     for part in partitions:
         name = part["PartitionName"]
         denied, allowed = listed(part.get("DenyQos", "")), part.get("AllowQos", "ALL")
@@ -156,6 +156,7 @@ def test_a_qos_a_partition_denies_or_does_not_allow_is_disabled_with_the_reason(
                     checked += 1
                     if qos in denied:
                         assert choices[qos] == f"Partition {name} denies QOS {qos}"
+                        refused += 1
                     elif allowed != "ALL" and qos not in allowed.split(","):
                         assert choices[qos].startswith(f"Partition {name} allows only QOS")
                     else:
@@ -163,6 +164,11 @@ def test_a_qos_a_partition_denies_or_does_not_allow_is_disabled_with_the_reason(
                 default = catalog.default_qos(user, account, name)
                 assert default == "" or choices[default] == ""
     assert checked
+    # a QOS some association has and some partition denies (the demo's
+    # pcie and nlp) is seen refused
+    held = {q for accounts in sacctmgr_assocs.values() for qos in accounts.values() for q in qos}
+    if any(set(listed(p.get("DenyQos", ""))) & held for p in partitions):
+        assert refused
 
 
 def test_reservations_are_offered_to_their_users_alone(catalog, sacctmgr_assocs, own_reservation):
