@@ -545,6 +545,7 @@ def configure_spawner(c, settings):
     c.Spawner.poll_interval = int(max(slurm["poll_interval"], 1))
     c.PortalSpawner.poll_interval_active = slurm["poll_interval_active"]
     c.PortalSpawner.cluster_interval = slurm["cluster_interval"]
+    c.PortalSpawner.catalog_interval = slurm["catalog_interval"]
     c.PortalSpawner.unknown_grace = slurm["unknown_grace"]
     c.PortalSpawner.warn_minutes = slurm["warn_minutes"]
     c.PortalSpawner.gpu_memory_gb = site_settings.gpu_memory(settings)

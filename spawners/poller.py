@@ -17,10 +17,19 @@ see ``portal.slurm.model.snapshot_to_json``), so the admin service validates
 profiles and shows the cluster from the same poll, without querying Slurm
 itself.
 
+In a third loop, every ``catalog_interval`` seconds, the poll reads the
+site's catalog (``portal.slurm.model.SiteCatalog``: associations, default
+accounts, QOS and their limits, fairshare, reservations, the partitions'
+Allow/Deny lists) once for every user; the spawn page reads ``catalog``
+and never asks Slurm itself. A failed read keeps the last catalog. Each
+read is written beside the snapshot too (``model.catalog_path``, the
+hub's account's alone), for the admin service.
+
 The commands and their parsers are ``portal.slurm``'s.
 """
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -29,7 +38,7 @@ from datetime import datetime
 
 from portal.settings import defaults
 from portal.slurm import commands as slurm
-from portal.slurm.model import snapshot_to_json
+from portal.slurm.model import catalog_path, snapshot_to_json
 
 from .notices import Notices
 from .quota import Quotas
@@ -68,6 +77,7 @@ class SlurmPoller:
         self.interval = slurm_defaults["poll_interval"]
         self.active_interval = slurm_defaults["poll_interval_active"]
         self.cluster_interval = slurm_defaults["cluster_interval"]
+        self.catalog_interval = slurm_defaults["catalog_interval"]
         self.unknown_grace = slurm_defaults["unknown_grace"]
         self.timeout = slurm_defaults["command_timeout"]
         # a callable returning the slices (portal.core.slice.Slice) whose
@@ -82,6 +92,9 @@ class SlurmPoller:
         self.quotas = Quotas(self)  # the GPUs each user may hold, read beside sinfo
         self.notices = Notices()  # the notices (pages, mail), from each squeue's jobs
         self.squeue_calls = 0
+        self.catalog = None  # the latest SiteCatalog; None before the first read
+        self.catalog_error = ""  # the last read's failure ("": it answered)
+        self.catalog_calls = 0  # catalog reads begun (six Slurm commands each)
         self._active = set()
         self._followed = {}  # job id -> (submitted, callback) of running sessions
         self._changed = asyncio.Event()
@@ -92,6 +105,9 @@ class SlurmPoller:
         self._sinfo_started = -float("inf")  # monotonic time the last good sinfo began
         self._task = None
         self._cluster_task = None
+        self._catalog_task = None
+        self._catalog_inflight = None
+        self._catalog_started = -float("inf")  # monotonic time the last read began
         self._warned_unknown = False
         self._written = ""
         self._written_at = 0.0
@@ -109,6 +125,8 @@ class SlurmPoller:
             self._task = asyncio.ensure_future(self._loop())
         if self._cluster_task is None or self._cluster_task.done():
             self._cluster_task = asyncio.ensure_future(self._cluster_loop())
+        if self._catalog_task is None or self._catalog_task.done():
+            self._catalog_task = asyncio.ensure_future(self._catalog_loop())
 
     async def _loop(self):
         """squeue at a steady cadence: every ``interval`` from the start of the
@@ -133,6 +151,20 @@ class SlurmPoller:
                 log.exception("Slurm cluster poll failed")
             self._cluster_wake.clear()
             await self._sleep(self._cluster_wake, self.cluster_interval)
+
+    async def _catalog_loop(self):
+        """The site's catalog, for every user at once, ``catalog_interval``
+        after the start of the last read (this loop's or a page's)."""
+        while True:
+            due = self._catalog_started + self.catalog_interval - time.monotonic()
+            if due > 0:
+                await asyncio.sleep(due)
+                continue
+            try:
+                await self.refresh_catalog()
+            except Exception:
+                log.exception("Slurm catalog read failed")
+                await asyncio.sleep(self.catalog_interval)
 
     @staticmethod
     async def _sleep(wake, seconds):
@@ -290,6 +322,68 @@ class SlurmPoller:
             return False
         finally:
             self.write_snapshot()
+
+    def refresh_catalog(self):
+        """One read of the site's catalog, shared by concurrent callers (a
+        Task: True when it answered)."""
+        if self._catalog_inflight is None or self._catalog_inflight.done():
+            self._catalog_inflight = asyncio.ensure_future(self._query_catalog())
+        return self._catalog_inflight
+
+    async def _query_catalog(self):
+        started = time.monotonic()
+        self.catalog_calls += 1
+        try:
+            catalog = await slurm.site_catalog(timeout=self.timeout)
+        except slurm.SlurmError as e:
+            self.catalog_error = str(e)
+            log.warning("The site's catalog could not be read; keeping the last: %s", e)
+            return False
+        finally:
+            self._catalog_started = started  # no second try for every page meanwhile
+        if catalog.error:
+            log.warning("The catalog has no fairshare this time: %s", catalog.error)
+            if self.catalog is not None and self.catalog.shares:
+                catalog = dataclasses.replace(catalog, shares=self.catalog.shares)
+        self.catalog, self.catalog_error = catalog, catalog.error
+        self.write_catalog()
+        return True
+
+    def write_catalog(self):
+        """Write the catalog beside the snapshot (``model.catalog_path``),
+        atomically, readable by the hub's account alone (the admin service
+        runs as it): it holds every user's fairshare and GPU-hours."""
+        if not self.snapshot_path or self.catalog is None:
+            return
+        path = catalog_path(self.snapshot_path)
+        tmp = f"{path}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.catalog.to_json())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("could not write the site's catalog %s: %s", path, e)
+
+    async def catalog_since(self, max_age, timeout=2.0):
+        """The catalog as a read begun at most ``max_age`` seconds ago saw it,
+        waiting at most ``timeout`` seconds for one; the last known one (None
+        before the first) otherwise. Concurrent callers share one read. The
+        poll reads it every ``catalog_interval``: with ``max_age`` past that,
+        a page never causes a read of its own (only the first, or one after
+        the poll stalled)."""
+        if time.monotonic() - self._catalog_started <= max_age:
+            return self.catalog
+        self.ensure_running()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.refresh_catalog()), timeout)
+        except TimeoutError:
+            log.warning(
+                "The site's catalog took more than %.1f s; the spawn page shows the last one",
+                timeout,
+            )
+        return self.catalog
 
     async def _refresh_expected_starts(self):
         """``sbatch --test-only`` for each slice that no node can take now,

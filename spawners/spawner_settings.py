@@ -124,6 +124,16 @@ class PortalSpawnerSettings(SlurmSpawner):
         help="""Seconds between the shared sinfo behind the spawn page's
         availability and expected starts. Default 30.""",
     ).tag(config=True)
+    catalog_interval = Float(
+        SLURM["catalog_interval"],
+        min=1.0,
+        help="""Seconds between the shared poll's reads of the site's catalog
+        (associations, default accounts, QOS and their limits, fairshare,
+        reservations, the partitions' Allow/Deny lists), for every user at
+        once; the spawn page reads the last one and never asks Slurm itself.
+        Default 120 (deploy/portal.toml [slurm] catalog_interval). Example:
+        ``60``.""",
+    ).tag(config=True)
     unknown_grace = Float(
         SLURM["unknown_grace"],
         help="""Seconds Slurm may fail to answer before the hub logs an error.
@@ -343,6 +353,7 @@ class PortalSpawnerSettings(SlurmSpawner):
             interval=self.poll_interval_slurm,
             active_interval=self.poll_interval_active,
             cluster_interval=self.cluster_interval,
+            catalog_interval=self.catalog_interval,
             unknown_grace=self.unknown_grace,
             timeout=self.slurm_timeout,
             will_run_slices=self.expected_slices,

@@ -24,7 +24,11 @@ The ways out, and why this one:
   registered hub's sessions (``[slurm] job_name``), notebook jobs
   (``JOB_NAME-notebook``) or ``portal check``'s test jobs
   (``JOB_NAME-check``). What the hub's account learns under
-  PrivateData is what it would see of its own jobs without it.
+  PrivateData is what it would see of its own jobs without it. Under
+  ``PrivateData=usage`` the same helper runs the shared poll's one sshare
+  (the fairshare and GPU-hours of each association the spawn page
+  offers) and shows the accounts' lines and those of the users in a
+  registered hub's uids, no one else's.
 
 The hub runs it only when the site's Slurm hides jobs (``[slurm]
 private_data``, "auto": ``scontrol show config`` and ``sacctmgr show
@@ -90,7 +94,7 @@ else:  # the installed copy, run by sudo: the installed extend helper beside it
 INSTALLED_AT = "/usr/local/libexec/portal/portal-slurm-read"
 PREFIX = "portal-slurm-read: "
 # The sudoers rule's arguments (portal setup): what sudo lets through at all.
-SUDOERS_ARGS = "^(squeue|scontrol|sacct) .+$"
+SUDOERS_ARGS = "^(squeue|scontrol|sacct|sshare) .+$"
 USAGE = "usage: portal-slurm-read COMMAND ARGS... (one of the hub's reads of its jobs)"
 
 # The suffixes of a hub's notebook jobs' name (portal.notebookjobs.job_name)
@@ -101,6 +105,7 @@ NOTEBOOK_SUFFIX, CHECK_SUFFIX = "-notebook", "-check"
 QUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P|%l"
 TASK_FIELDS = "JobID,State,ExitCode,Submit,Start,End,Elapsed,NodeList,Reason"
 USAGE_FIELDS = "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS"
+SHARE_FIELDS = "Account,User,FairShare,GrpTRESRaw"
 
 # Every command line the helper runs, word by word; an UPPER word is a
 # placeholder (PATTERNS, and NAME/NAMES: registered job names).
@@ -114,6 +119,8 @@ SHAPES = {
     "notebook_accounted": "sacct -a -X -n -P -j IDS --name NAME -o " + TASK_FIELDS,
     "accounted": "sacct -a -n -P --name NAMES -S TIME -E TIME -o " + USAGE_FIELDS,
     "accounted_of": "sacct -a -n -P --name NAMES -S TIME -E TIME -o " + USAGE_FIELDS + " -u USER",
+    # the catalog's fairshare (PrivateData=usage): the portal's users' lines alone
+    "shares": "sshare -a -n -P -o " + SHARE_FIELDS,
 }
 # The placeholders' values (``fullmatch``). A user name as the portal takes
 # it (portal.core.usernames.SAFE); a job id as Slurm's, at most 1000 a list.
@@ -141,10 +148,10 @@ def shape_of(argv, names):
     >>> shape_of(["sacct", "-j", "42", "--name", "portal-jupyter", "-X", "-n", "-P", "-o",
     ...           "State,ExitCode,Reason"], names)
     'end_reason'
-    >>> shape_of(["scancel", "42"], names)
+    >>> shape_of(["scancel", "42"], names)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    portal.helper.slurmread.Refused: 'scancel' is none of the hub's reads (squeue, scontrol, sacct)
+    portal.helper.slurmread.Refused: 'scancel' is none of the hub's reads (squeue, scontrol, ...)
     >>> shape_of(["scontrol", "show", "job", "-d", "1;id"], names)
     Traceback (most recent call last):
     ...
@@ -153,7 +160,9 @@ def shape_of(argv, names):
     if not argv:
         raise Refused(USAGE)
     if argv[0] not in {shape.split()[0] for shape in SHAPES.values()}:
-        raise Refused(f"{shown(argv[0])} is none of the hub's reads (squeue, scontrol, sacct)")
+        raise Refused(
+            f"{shown(argv[0])} is none of the hub's reads (squeue, scontrol, sacct, sshare)"
+        )
     best = (-1, "")
     for key, shape in SHAPES.items():
         words = shape.split(" ")
@@ -206,6 +215,8 @@ def read(argv, system):
     if not names:
         raise Refused(f"no hub registered its sessions in {system.registry}")
     shape = shape_of(argv, names)
+    if shape == "shares":
+        return portal_shares(system.slurm(system.folders()[0], *argv), system)
     words = SHAPES[shape].split(" ")
     named = [argv[i] for i, word in enumerate(words) if word in ("NAME", "NAMES")]
     if named:
@@ -224,6 +235,25 @@ def read(argv, system):
             raise Refused(f"job {job_id} is none of the portal's jobs")
         return system.slurm(bin_dir, *argv)
     raise Refused(f"no hub registered a folder of Slurm's commands in {system.registry}")
+
+
+def portal_shares(output, system):
+    """sshare's lines (``SHARE_FIELDS``) of the accounts and of the users
+    in the uids a registered hub serves: as under PrivateData=jobs the
+    portal's jobs alone, under PrivateData=usage the portal's users' usage
+    alone (sshare prints root's, the system accounts', no one else's)."""
+    hubs = system.hubs()
+    kept = []
+    for line in output.splitlines(keepends=True):
+        fields = line.split("|")
+        user = fields[1].strip() if len(fields) == 4 else None
+        if user == "":  # an account's own line
+            kept.append(line)
+        elif user:
+            uid = system.uid(user)
+            if uid is not None and any(h.uid_min <= uid <= h.uid_max for h in hubs):
+                kept.append(line)
+    return "".join(kept)
 
 
 def _portal_job(line, job_id, names):

@@ -9,9 +9,11 @@ users' jobs (``PrivateData=jobs``), through the root helper
 ``portal-slurm-read``, which runs only those reads' exact command lines
 and shows only the portal's jobs ([slurm] private_data;
 portal/helper/slurmread.py says why a helper and not a Slurm admin level).
-The other reads (sinfo, sacctmgr, ``scontrol show partition``,
-``assoc_mgr``) PrivateData=jobs,usage leaves as they are: they run as the
-hub's account always.
+So does sshare, the fairshare of everyone, where ``PrivateData=usage``
+hides other users' usage (the helper then shows the portal's users'
+lines). The other reads (sinfo, sacctmgr, ``scontrol show partition`` and
+``reservation``, ``assoc_mgr``) PrivateData=jobs,usage leaves as they
+are: they run as the hub's account always.
 
 Commands run as argument lists (no shell), each by its full path in
 Slurm's commands' folder (``[slurm] bin_dir``, ``BIN_DIR``), with
@@ -23,26 +25,38 @@ with Slurm's own message.
 import asyncio
 import os
 import time
+from datetime import datetime
 
 from portal.core import usernames
 from portal.helper import extend as extendhelper
 from portal.helper import slurmread
 from portal.settings import SettingsError, defaults
 
+from .model import SiteCatalog
 from .parse import (
+    ASSOC_FIELDS,
+    QOS_FIELDS,
     SACCT_TASK_FIELDS,
+    SHARE_FIELDS,
+    USER_FIELDS,
     SlurmError,
     max_time_minutes,
     parse_assoc_uids,
+    parse_associations,
+    parse_default_accounts,
     parse_default_qos,
     parse_end_reason,
     parse_gpu_indices,
     parse_job_fields,
     parse_job_id,
+    parse_partition_policies,
+    parse_qos,
     parse_qos_gpu_limits,
     parse_qos_usage,
+    parse_reservations,
     parse_running_limit,
     parse_sacct_tasks,
+    parse_shares,
     parse_sinfo,
     parse_squeue,
     parse_squeue_tasks,
@@ -66,6 +80,7 @@ SINFO_FIELDS = [
     "Memory:16",
     "AllocMem:16",
     "Time:24",
+    "Features:256",  # last: parse.parse_sinfo takes lines without it
 ]
 
 __all__ = [
@@ -80,7 +95,7 @@ __all__ = [
 BIN_DIR = defaults()["slurm"]["bin_dir"]
 # Every command the portal runs from that folder, as a user, the hub's
 # account or root; the hub refuses to start when one is not there.
-COMMANDS = ("sbatch", "scancel", "squeue", "sinfo", "scontrol", "sacct", "sacctmgr")
+COMMANDS = ("sbatch", "scancel", "squeue", "sinfo", "scontrol", "sacct", "sacctmgr", "sshare")
 
 # Callables ``observer(command, seconds, ok)`` told of every command ``run``
 # ran (the hub's Prometheus series, spawners.metrics); none by default.
@@ -102,8 +117,8 @@ def missing_commands(folder):
     """Why Slurm's commands (COMMANDS) cannot run from ``folder``: "" when
     each is an executable file there.
 
-    >>> missing_commands("/nonexistent/slurm/bin")[:58]
-    'sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr '
+    >>> missing_commands("/nonexistent/slurm/bin")[:66]
+    'sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr, sshare '
     >>> missing_commands("slurm/bin")
     "[slurm] bin_dir must be an absolute folder, not 'slurm/bin'"
     """
@@ -270,38 +285,45 @@ def use_private_data(mode):
     _reads.update(mode=mode, hidden=None)
 
 
-async def jobs_hidden(timeout):
-    """Whether slurmctld's or slurmdbd's PrivateData hides other users' jobs
-    from the hub's account (names ``jobs``): ``scontrol show config`` (the
+async def private_kinds(timeout):
+    """What slurmctld's or slurmdbd's PrivateData hides from a user who is
+    no Slurm operator (``{"jobs", "usage"}``): ``scontrol show config`` (the
     controller's) and ``sacctmgr show config`` (slurm.conf's as this host
     reads it, then slurmdbd's), which PrivateData hides nothing of."""
     shown = await run([command("scontrol"), "show", "config"], timeout=timeout)
     shown += "\n" + await run([command("sacctmgr"), "show", "config"], timeout=timeout)
-    return "jobs" in parse_private_data(shown)
+    return parse_private_data(shown)
 
 
-async def reads_through_helper(timeout):
-    """Whether ``read`` runs through the helper: "helper"; "auto" when Slurm
-    hides jobs (asked once; while Slurm does not answer, the helper, which
-    reads either way); never as root, who sees every job."""
+async def jobs_hidden(timeout):
+    """Whether PrivateData hides other users' jobs from the hub's account."""
+    return "jobs" in await private_kinds(timeout)
+
+
+async def reads_through_helper(timeout, kind="jobs"):
+    """Whether ``read`` of ``kind`` (``jobs``; ``usage``: sshare) runs
+    through the helper: "helper"; "auto" when Slurm hides that kind (asked
+    once; while Slurm does not answer, the helper, which reads either way);
+    never as root, who sees everything."""
     if os.geteuid() == 0 or _reads["mode"] == "direct":
         return False
     if _reads["mode"] == "helper":
         return True
     if _reads["hidden"] is None:
         try:
-            _reads["hidden"] = await jobs_hidden(timeout)
+            _reads["hidden"] = await private_kinds(timeout)
         except SlurmError:
             return True
-    return _reads["hidden"]
+    return kind in _reads["hidden"]
 
 
-async def read(argv, *, timeout, **kwargs):
+async def read(argv, *, timeout, kind="jobs", **kwargs):
     """``run`` a read of the portal's jobs (squeue, ``scontrol show job``,
-    sacct): as the hub's account, or through ``portal-slurm-read``
-    (``reads_through_helper``), whose shapes (portal/helper/slurmread.py
-    SHAPES) each of these command lines is."""
-    if await reads_through_helper(timeout):
+    sacct) or, ``kind`` "usage", of everyone's usage (sshare): as the hub's
+    account, or through ``portal-slurm-read`` (``reads_through_helper``),
+    whose shapes (portal/helper/slurmread.py SHAPES) each of these command
+    lines is."""
+    if await reads_through_helper(timeout, kind):
         argv = as_read_helper(argv)
     return await run(argv, timeout=timeout, **kwargs)
 
@@ -442,6 +464,76 @@ async def default_qos(username, partition, timeout):
     argv = [command("sacctmgr"), "-n", "-P", "show", "user", username, "withassoc",
             "format=DefaultAccount,Account,Partition,DefaultQOS,QOS"]  # fmt: skip
     return parse_default_qos(await run(argv, timeout=timeout), partition)
+
+
+# -- the site's catalog (model.SiteCatalog), read by the shared poll ---------
+
+
+async def associations(timeout):
+    """Every user's associations: account, partition, QOS (sacctmgr)."""
+    argv = [command("sacctmgr"), "-n", "-P", "show", "assoc", f"format={ASSOC_FIELDS}"]
+    return parse_associations(await run(argv, timeout=timeout))
+
+
+async def default_accounts(timeout):
+    """Every user's default account, ``{user: account}`` (sacctmgr)."""
+    argv = [command("sacctmgr"), "-n", "-P", "show", "user", f"format={USER_FIELDS}"]
+    return parse_default_accounts(await run(argv, timeout=timeout))
+
+
+async def qos_limits(timeout):
+    """Every QOS with its priority, wall time, GPU limits and flags, ``{name: Qos}``."""
+    argv = [command("sacctmgr"), "-n", "-P", "show", "qos", f"format={QOS_FIELDS}"]
+    return parse_qos(await run(argv, timeout=timeout))
+
+
+async def shares(timeout):
+    """Every association's fairshare and GPU-hours, ``{(account, user): Share}``
+    (sshare). Under ``PrivateData=usage`` sshare shows a user that is no
+    operator their own lines alone: then through ``portal-slurm-read``,
+    which shows the portal's users' lines and the accounts' (``read``)."""
+    argv = [command("sshare"), "-a", "-n", "-P", "-o", SHARE_FIELDS]
+    return parse_shares(await read(argv, timeout=timeout, kind="usage"))
+
+
+async def reservations(timeout):
+    """Every reservation (scontrol), in scontrol's order."""
+    argv = [command("scontrol"), "show", "reservation", "-o"]
+    return parse_reservations(await run(argv, timeout=timeout))
+
+
+async def partition_policies(timeout):
+    """Every partition's Allow/Deny lists of QOS, accounts and groups (scontrol)."""
+    argv = [command("scontrol"), "show", "partition", "-o"]
+    return parse_partition_policies(await run(argv, timeout=timeout))
+
+
+async def site_catalog(timeout, now=None):
+    """The site's catalog (``model.SiteCatalog``): its six reads at once.
+    SlurmError when one of them fails, but sshare: without it the catalog
+    has no shares and its ``error`` says why."""
+    reads = (associations, default_accounts, qos_limits, reservations, partition_policies)
+    results = await asyncio.gather(
+        *(f(timeout) for f in reads), shares(timeout), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, SlurmError):
+            raise result
+    failed = [r for r in results[:-1] if isinstance(r, SlurmError)]
+    if failed:
+        raise failed[0]
+    assocs, defaults_, qos, resvs, policies, found = results
+    error = str(found) if isinstance(found, SlurmError) else ""
+    return SiteCatalog(
+        time=now or datetime.now().replace(microsecond=0),
+        error=error,
+        associations=assocs,
+        default_accounts=defaults_,
+        qos=qos,
+        shares={} if error else found,
+        reservations=resvs,
+        partitions=policies,
+    )
 
 
 async def expected_start(job_slice, timeout):

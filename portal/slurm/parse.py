@@ -3,7 +3,17 @@
 import re
 from datetime import UTC
 
-from .model import Job, Node, Partition, parse_time
+from .model import (
+    Association,
+    Job,
+    Node,
+    Partition,
+    PartitionPolicy,
+    Qos,
+    Reservation,
+    Share,
+    parse_time,
+)
 
 JOB_ID_RE = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
 BRACKET_RE = re.compile(r"^([^\[]*)\[([^\]]*)\](.*)$")
@@ -141,26 +151,77 @@ def gpu_count(gres):
     """GPUs in a Gres or GresUsed value: ``gpu:4``, ``gpu:a100:2(IDX:0-1)``, ``gpu:0,shard:8``."""
     total = 0
     for item in re.split(r",(?![^()]*\))", gres or ""):
-        item = re.sub(r"\(.*\)$", "", item.strip())
+        item = re.sub(r"\([^()]*\)$", "", item.strip())
         parts = item.split(":")
         if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
             total += int(parts[-1])
     return total
 
 
+def gpu_types(gres, gres_used=""):
+    """The GPUs of a node by type, from sinfo's Gres and GresUsed:
+    ``((type, total, used), ...)`` in Gres's order, ``""`` the type of
+    untyped GPUs (``gpu:4``).
+
+    >>> gpu_types("gpu:v100-sxm2:4", "gpu:v100-sxm2:2(IDX:0-1)")
+    (('v100-sxm2', 4, 2),)
+    >>> gpu_types("gpu:a:2(S:0),gpu:b:2(S:1)", "gpu:a:0(IDX:N/A),gpu:b:1(IDX:3)")
+    (('a', 2, 0), ('b', 2, 1))
+    >>> gpu_types("gpu:4", "gpu:0"), gpu_types("(null)", "gpu:0")
+    ((('', 4, 0),), ())
+
+    Slurm 22.05 writes an untyped GPU's type as ``(null)`` in places:
+
+    >>> gpu_types("gpu:(null):2", "gpu:(null):1(IDX:0)")
+    (('', 2, 1),)
+    """
+    totals = _typed_gres(gres)
+    used = dict(_typed_gres(gres_used))
+    return tuple((kind, total, used.get(kind, 0)) for kind, total in totals)
+
+
+def _typed_gres(text):
+    """``[(type, count)]`` of the GPUs in a Gres or GresUsed value, merged by type."""
+    counts = {}
+    for item in re.split(r",(?![^()]*\))", text or ""):
+        parts = re.sub(r"\([^()]*\)$", "", item.strip()).split(":")
+        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+            continue
+        kind = parts[1] if len(parts) >= 3 and parts[1] != "(null)" else ""
+        counts[kind] = counts.get(kind, 0) + int(parts[-1])
+    return list(counts.items())
+
+
+def names_list(text):
+    """A comma list as Slurm prints it (features, users, accounts, QOS),
+    as a tuple; ``(null)``, ``N/A`` and ``""``: ``()``.
+
+    >>> names_list("v100,nvlink"), names_list("(null)"), names_list("")
+    (('v100', 'nvlink'), (), ())
+    """
+    text = (text or "").strip()
+    if text in ("", "(null)", "N/A", "None"):
+        return ()
+    return tuple(name for name in (n.strip() for n in text.split(",")) if name)
+
+
 def parse_sinfo(text):
     """``sinfo -N -O SINFO_FIELDS`` output -> ``{partition: Partition}``.
 
     Nodes appear once per partition; each is combined from its own line, so
-    partitions of mixed node types are right (jupyterhub-moss #97).
+    partitions of mixed node types are right (jupyterhub-moss #97). The
+    last field, the node's features, may be missing (an older field list).
     """
     nodes_by_partition = {}
     times = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) != 9:
+        if len(parts) == 9:
+            parts.append("(null)")
+        if len(parts) != 10:
             continue
-        name, partition, gres, gres_used, cpus_state, state, mem, alloc_mem, max_time = parts
+        name, partition, gres, gres_used, cpus_state, state, mem, alloc_mem, max_time = parts[:9]
+        features = names_list(parts[9])
         partition = partition.rstrip("*")
         try:
             alloc, _idle, _other, total = (int(x) for x in cpus_state.split("/"))
@@ -177,6 +238,8 @@ def parse_sinfo(text):
             mem_mb=mem_mb,
             mem_alloc_mb=alloc_mb,
             state=state,
+            gpu_types=gpu_types(gres, gres_used),
+            features=features,
         )
         nodes_by_partition.setdefault(partition, []).append(node)
         times[partition] = max_time
@@ -444,6 +507,195 @@ def parse_default_qos(text, partition):
         qos = default_qos or (listed[0] if len(listed) == 1 else "")
         chosen[part] = qos
     return chosen.get(partition, chosen.get("", ""))
+
+
+# -- the site's catalog (model.SiteCatalog) ---------------------------------
+
+# The field lists of the catalog's reads (commands.site_catalog), in the
+# order the parsers below take them.
+ASSOC_FIELDS = "User,Account,Partition,QOS,DefaultQOS"
+USER_FIELDS = "User,DefaultAccount"
+QOS_FIELDS = "Name,Priority,MaxWall,MaxTRESPerUser,MaxTRESPerJob,MinTRESPerJob,Flags"
+SHARE_FIELDS = "Account,User,FairShare,GrpTRESRaw"
+GPU_TRES_RE = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
+
+
+def _rows(text, width):
+    """``sacctmgr``/``sshare -P`` output as rows of ``width`` fields."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) == width:
+            rows.append([f.strip() for f in fields])
+    return rows
+
+
+def tres_gpus(tres):
+    """The GPUs of a TRES list (``cpu=8,gres/gpu=4``); None when it names none.
+
+    >>> tres_gpus("cpu=64,gres/gpu=16"), tres_gpus("gres/gpu:v100=2,gres/gpu=2"), tres_gpus("")
+    (16, 2, None)
+    """
+    found = GPU_TRES_RE.search(tres or "")
+    return int(found.group(1)) if found else None
+
+
+def parse_associations(text):
+    """``sacctmgr -n -P show assoc format=ASSOC_FIELDS`` -> Associations of
+    users, in sacctmgr's order (the accounts' own lines, with no user, are
+    left out).
+
+    >>> rows = "|lab-nlp||nlp|\\nbob|lab-nlp||nlp,normal|nlp\\ncarol|lab-vision|pcie|vision|"
+    >>> [(a.user, a.account, a.partition, a.qos, a.default_qos) for a in parse_associations(rows)]
+    [('bob', 'lab-nlp', '', ('nlp', 'normal'), 'nlp'), ('carol', 'lab-vision', 'pcie', \
+('vision',), '')]
+    """
+    return tuple(
+        Association(user, account, partition, names_list(qos), default_qos)
+        for user, account, partition, qos, default_qos in _rows(text, 5)
+        if user and account
+    )
+
+
+def parse_default_accounts(text):
+    """``sacctmgr -n -P show user format=User,DefaultAccount`` -> ``{user: account}``.
+
+    >>> parse_default_accounts("alice|lab-vision\\nroot|root\\nnobody|")
+    {'alice': 'lab-vision', 'root': 'root'}
+    """
+    return {user: account for user, account in _rows(text, 2) if user and account}
+
+
+def parse_qos(text):
+    """``sacctmgr -n -P show qos format=QOS_FIELDS`` -> ``{name: Qos}``.
+
+    >>> qos = parse_qos("vision|10|1-00:00:00|gres/gpu=4|gres/gpu=2|gres/gpu=1|DenyOnLimit")
+    >>> qos["vision"]
+    Qos(name='vision', priority=10, max_wall_minutes=1440, max_gpus_per_user=4, \
+max_gpus_per_job=2, min_gpus_per_job=1, flags=('DenyOnLimit',))
+    >>> parse_qos("normal|0||||cpu=1|")["normal"].describe()
+    'no limits'
+    """
+    found = {}
+    for name, priority, wall, per_user, per_job, min_job, flags in _rows(text, 7):
+        if not name:
+            continue
+        found[name] = Qos(
+            name=name,
+            priority=int(priority) if priority.isdigit() else 0,
+            max_wall_minutes=max_time_minutes(wall),
+            max_gpus_per_user=tres_gpus(per_user),
+            max_gpus_per_job=tres_gpus(per_job),
+            min_gpus_per_job=tres_gpus(min_job),
+            flags=names_list(flags),
+        )
+    return found
+
+
+def parse_shares(text):
+    """``sshare -a -n -P -o SHARE_FIELDS`` -> ``{(account, user): Share}``;
+    user "" for an account's own line. sshare indents accounts by depth;
+    GrpTRESRaw is the decayed usage in TRES-minutes.
+
+    >>> out = ("root|||cpu=60,gres/gpu=0\\n lab-nlp||0.5|cpu=600,gres/gpu=180\\n"
+    ...        "  lab-nlp|bob|0.750000|cpu=600,mem=0,gres/gpu=180\\n  lab-nlp|carol||")
+    >>> shares = parse_shares(out)
+    >>> shares["lab-nlp", "bob"], shares["lab-nlp", "carol"].gpu_hours
+    (Share(account='lab-nlp', user='bob', fairshare=0.75, gpu_hours=3.0), 0.0)
+    """
+    found = {}
+    for account, user, fairshare, tres in _rows(text, 4):
+        if not account:
+            continue
+        try:
+            factor = float(fairshare) if fairshare else 0.0
+        except ValueError:
+            factor = 0.0
+        found[account, user] = Share(account, user, factor, (tres_gpus(tres) or 0) / 60)
+    return found
+
+
+def scontrol_records(text):
+    """``scontrol show ... -o`` output: one ``{key: value}`` per line (a
+    value has no blank; ``(null)`` is kept as written)."""
+    records = []
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields:
+            records.append(fields)
+    return records
+
+
+def parse_reservations(text):
+    """``scontrol show reservation -o`` -> Reservations, in scontrol's order.
+
+    >>> out = ("ReservationName=vision-course StartTime=2026-11-28T09:00:00 "
+    ...        "EndTime=2026-11-28T17:00:00 Duration=08:00:00 Nodes=n3 NodeCnt=1 CoreCnt=16 "
+    ...        "Features=(null) PartitionName=sxm2 Flags=SPEC_NODES TRES=cpu=16 Users=alice "
+    ...        "Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE BurstBuffer=(null) "
+    ...        "Watts=n/a MaxStartDelay=(null)")
+    >>> r, = parse_reservations(out)
+    >>> r.name, r.nodes, r.partition, r.users, r.accounts, r.flags, r.window()
+    ('vision-course', ('n3',), 'sxm2', ('alice',), (), ('SPEC_NODES',), 'Sat 28 Nov 09:00 to 17:00')
+    >>> parse_reservations("No reservations in the system")
+    ()
+    """
+    found = []
+    for fields in scontrol_records(text):
+        start = parse_time(fields.get("StartTime"))
+        if not fields.get("ReservationName") or start is None:
+            continue
+        try:
+            nodes = expand_hostlist(fields.get("Nodes", ""))
+        except ValueError:
+            nodes = (fields["Nodes"],)
+        partition = fields.get("PartitionName", "")
+        found.append(
+            Reservation(
+                name=fields["ReservationName"],
+                start=start,
+                end=parse_time(fields.get("EndTime")),
+                nodes=nodes,
+                partition="" if partition == "(null)" else partition,
+                users=names_list(fields.get("Users")),
+                accounts=names_list(fields.get("Accounts")),
+                flags=names_list(fields.get("Flags")),
+                groups=names_list(fields.get("Groups")),
+            )
+        )
+    return tuple(found)
+
+
+def parse_partition_policies(text):
+    """``scontrol show partition -o`` -> ``{name: PartitionPolicy}``; a list
+    of ``ALL`` (or none printed) is None.
+
+    >>> out = ("PartitionName=pcie AllowGroups=ALL AllowAccounts=ALL DenyQos=nlp "
+    ...        "AllocNodes=ALL Default=NO QoS=N/A MaxTime=1-00:00:00 Nodes=n2 State=UP")
+    >>> parse_partition_policies(out)["pcie"]
+    PartitionPolicy(name='pcie', allow_qos=None, deny_qos=('nlp',), allow_accounts=None, \
+deny_accounts=(), allow_groups=None, qos='')
+    """
+
+    def allowed(value):
+        return None if value in (None, "ALL") else names_list(value)
+
+    found = {}
+    for fields in scontrol_records(text):
+        name = fields.get("PartitionName")
+        if not name:
+            continue
+        qos = fields.get("QoS", "")
+        found[name] = PartitionPolicy(
+            name=name,
+            allow_qos=allowed(fields.get("AllowQos")),
+            deny_qos=names_list(fields.get("DenyQos")),
+            allow_accounts=allowed(fields.get("AllowAccounts")),
+            deny_accounts=names_list(fields.get("DenyAccounts")),
+            allow_groups=allowed(fields.get("AllowGroups")),
+            qos="" if qos in ("N/A", "(null)") else qos,
+        )
+    return found
 
 
 # -- notebook jobs -----------------------------------------------------------

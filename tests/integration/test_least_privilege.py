@@ -241,7 +241,7 @@ def test_the_hubs_account_may_run_slurm_as_portal_users_and_the_helper_as_root(h
         "!root",
     }
     # as root: the extension helper, three whole numbers; the read helper,
-    # a command line of squeue, scontrol or sacct (it checks each word)
+    # a command line of squeue, scontrol, sacct or sshare (it checks each word)
     assert rules[2] == (
         f"(root) NOPASSWD: {extendhelper.INSTALLED_AT} {extendhelper.SUDOERS_ARGS}, "
         f"{slurmread.INSTALLED_AT} {slurmread.SUDOERS_ARGS}"

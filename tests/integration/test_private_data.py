@@ -232,6 +232,44 @@ def test_a_session_stays_running_while_the_hub_polls_it_and_ends_when_stopped(
     assert state and state[0].startswith("CANCELLED"), state
 
 
+def hub_shares(mode):
+    """The users of the catalog's sshare (``commands.shares``) as the hub's
+    account reads it with [slurm] private_data ``mode``."""
+    code = (
+        "import asyncio\n"
+        "from portal.slurm import commands\n"
+        f"commands.use_bin_dir({SLURM['bin_dir']!r})\n"
+        f"commands.use_private_data({mode!r})\n"
+        "shares = asyncio.run(commands.shares(30))\n"
+        "print(' '.join(sorted({user for _, user in shares if user})))\n"
+    )
+    done = as_hub("env", f"PYTHONPATH={REPO}", "/opt/portal/envs/hub/bin/python", "-c", code)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_the_catalog_reads_everyone_s_fairshare_through_the_helper_alone(private_hub):
+    """PrivateData=usage hides other users' sshare lines from the hub's
+    account; the catalog's sshare then goes through the read helper, which
+    shows the portal's users' lines (alice's, bob's), not root's."""
+    fields = ["-a", "-n", "-P", "-o", slurmread.SHARE_FIELDS]
+
+    def users(output):
+        return {line.split("|")[1].strip() for line in output.splitlines() if "|" in line}
+
+    root = subprocess.run(
+        [f"{SLURM['bin_dir']}/sshare", *fields], capture_output=True, text=True, check=True
+    )
+    assert {"alice", "bob", "root"} <= users(root.stdout)
+    direct = as_hub(f"{SLURM['bin_dir']}/sshare", *fields)
+    assert direct.returncode == 0, direct.stderr
+    assert not {"alice", "bob"} & users(direct.stdout)
+    assert not {"alice", "bob"} & hub_shares("direct")
+    helped = hub_shares("auto")
+    assert {"alice", "bob"} <= helped and "root" not in helped, helped
+    assert hub_shares("helper") == helped
+
+
 def test_the_hub_s_account_can_cancel_or_change_no_job_that_is_not_the_portal_s(
     private_hub, other_job
 ):

@@ -139,7 +139,8 @@ def test_a_folder_without_slurm_s_commands_stops_the_start(alt_hub):
     started = deploy("hub.sh", "restart", env=env, check=False)
     assert started.returncode != 0
     assert (
-        f"sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr not found in {missing}: "
+        "sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr, sshare "
+        f"not found in {missing}: "
         "set [slurm] bin_dir to the folder of Slurm's commands"
     ) in started.stderr, started.stderr
     assert SUDOERS.read_text() == rules

@@ -23,6 +23,7 @@ FRESH_START = (
     "portal.sqlite-wal",
     "portal.sqlite-shm",
     "cluster.json",
+    "cluster-catalog.json",  # the poll's SiteCatalog, beside it
 )
 
 # The profile every hub of its own offers (the tests', the benchmarks'), as TOML.

@@ -45,7 +45,7 @@ def test_sudoers_lets_the_hub_run_slurm_as_portal_users_and_the_helper_as_root()
     )
     assert (
         "Cmnd_Alias PORTAL_SLURM_READ = /usr/local/libexec/portal/portal-slurm-read "
-        "^(squeue|scontrol|sacct) .+$" in lines
+        "^(squeue|scontrol|sacct|sshare) .+$" in lines
     )
     assert "Cmnd_Alias PORTAL_IMAGE_CHECK = /usr/local/libexec/portal/portal-image-check" in lines
     assert "Cmnd_Alias PORTAL_NOTEBOOK = /usr/local/libexec/portal/portal-notebook" in lines
@@ -255,7 +255,8 @@ def test_the_prerequisites_name_the_slurm_folder_and_the_fix(tmp_path):
     with pytest.raises(SetupError) as e:
         install.check_prerequisites(site)
     assert (
-        f"sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr not found in {tmp_path}: "
+        "sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr, sshare "
+        f"not found in {tmp_path}: "
         "set [slurm] bin_dir to the folder of Slurm's commands"
     ) in str(e.value)
 

@@ -78,12 +78,13 @@ def test_every_command_the_hub_and_the_service_run_is_the_folder_s(folder, ran):
         await commands.ping(5)
         await commands.clusters(5)
         await commands.default_qos("ada", "gpu", 5)
+        await commands.site_catalog(5)  # six commands
         await commands.expected_start(make_slice(1, 2, **LIMITS), 5)
         await commands.gpu_indices("7", ["n1"], 5)
 
     asyncio.run(every_command())
     named = [argv[argv.index("--") + 1] if argv[0] == "sudo" else argv[0] for argv in ran]
-    assert len(named) == 19 and all(os.path.dirname(n) == FOLDER for n in named), named
+    assert len(named) == 25 and all(os.path.dirname(n) == FOLDER for n in named), named
     assert {os.path.basename(n) for n in named} <= set(COMMANDS)
 
 
@@ -134,7 +135,8 @@ def test_the_hub_refuses_to_start_without_slurm_s_commands(tmp_path, monkeypatch
     with pytest.raises(SettingsError) as refused:
         hub_config.configure_slurm_commands(c, "/opt/slurm/bin")
     assert str(refused.value) == (
-        "sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr not found in /opt/slurm/bin: "
+        "sbatch, scancel, squeue, sinfo, scontrol, sacct, sacctmgr, sshare "
+        "not found in /opt/slurm/bin: "
         "set [slurm] bin_dir to the folder of Slurm's commands"
     )
     assert commands.BIN_DIR == "/usr/bin"

@@ -50,6 +50,7 @@ def hub_reads():
         await commands.notebook_tasks(["7", "12"], NOTEBOOK, 5)
         await usage.accounted(SESSION, since, until)
         await usage.accounted(SESSION, since, until, user="alice")
+        await commands.shares(5)
         try:
             await commands.wall_caps("7", SESSION, 5)
         except parse.SlurmError:
@@ -60,7 +61,7 @@ def hub_reads():
 
 def test_every_read_of_the_hub_s_jobs_goes_through_the_helper_and_fits_a_shape(through_helper):
     hub_reads()
-    assert len(through_helper) == 9
+    assert len(through_helper) == 10
     shapes = []
     for argv in through_helper:
         assert argv[:4] == ["sudo", "-n", "--", slurmread.INSTALLED_AT], argv
@@ -75,6 +76,11 @@ def test_the_other_reads_and_root_s_run_as_they_are(through_helper, monkeypatch)
         await commands.qos_gpu_limits(5)
         await commands.default_qos("alice", "gpu", 5)
         await commands.slurm_uids("alice", 5)
+        await commands.associations(5)
+        await commands.default_accounts(5)
+        await commands.qos_limits(5)
+        await commands.reservations(5)
+        await commands.partition_policies(5)
 
     asyncio.run(others())
     assert not [argv for argv in through_helper if argv[0] == "sudo"]
@@ -116,6 +122,29 @@ def test_auto_reads_through_the_helper_when_private_data_names_jobs(
     assert asked == [["show", "config"], ["show", "config"]]  # scontrol's, sacctmgr's; once
 
 
+@pytest.mark.parametrize(
+    ("config", "usage_hidden"),
+    [
+        ("PrivateData             = jobs,usage\n", True),
+        ("PrivateData = none\nSlurmDBD configuration:\nPrivateData = usage\n", True),
+        ("PrivateData             = jobs\n", False),
+    ],
+)
+def test_auto_reads_sshare_through_the_helper_when_private_data_names_usage(
+    through_helper, monkeypatch, config, usage_hidden
+):
+    async def fake_run(argv, **kwargs):
+        through_helper.append(argv)
+        return config if argv[1:] == ["show", "config"] else ""
+
+    monkeypatch.setattr(commands, "run", fake_run)
+    commands.use_private_data("auto")
+    asyncio.run(commands.shares(5))
+    assert (through_helper[-1][0] == "sudo") is usage_hidden
+    assert through_helper[-1][-5:] == ["-a", "-n", "-P", "-o", parse.SHARE_FIELDS]
+    assert through_helper[-1][-6].endswith("sshare")
+
+
 def test_auto_reads_through_the_helper_while_slurm_does_not_say(through_helper, monkeypatch):
     async def down(argv, **kwargs):
         raise parse.SlurmError("scontrol failed: Unable to contact slurm controller")
@@ -134,6 +163,7 @@ def test_the_helper_s_formats_and_patterns_are_the_hub_s():
     assert slurmread.QUEUE_FORMAT == commands.SQUEUE_FORMAT
     assert slurmread.TASK_FIELDS == parse.SACCT_TASK_FIELDS
     assert slurmread.USAGE_FIELDS == usage.FIELDS
+    assert slurmread.SHARE_FIELDS == parse.SHARE_FIELDS
     assert slurmread.PATTERNS["USER"].pattern == usernames.SAFE
     hub = SimpleNamespace(job_name=SESSION)
     assert slurmread.job_names([hub]).keys() == NAMES | {SESSION + check.JOB_SUFFIX}
@@ -219,6 +249,9 @@ END = ["sacct", "-j", "7", "--name", SESSION, "-X", "-n", "-P", "-o", "State,Exi
             "word 13 '--help' is not a USER",
         ),
         ([], "usage: portal-slurm-read"),
+        (["sshare", "-a", "-n", "-P", "-o", "Account,User,RawUsage"], "word 5"),
+        (["sshare", "-a", "-n", "-P", "-o", parse.SHARE_FIELDS, "-u", "bob"], "one too many"),
+        (["sshare", "-n", "-P"], "word 1"),
     ],
 )
 def test_a_command_line_of_no_shape_is_refused(argv, why):
@@ -242,8 +275,13 @@ class FakeSystem:
     def folders(self):
         return [BIN_DIR]
 
+    def uid(self, user):
+        return {"alice": 20001, "bob": 20002, "root": 0, "slurm": 64030}.get(user)
+
     def slurm(self, bin_dir, *argv):
         self.ran.append((bin_dir, list(argv)))
+        if argv[0] == "sshare":
+            return SSHARE
         if argv[0] == "squeue" and argv[-2] == "-o" and argv[-1].startswith("%i"):
             fields = {"%i": 0, "%U": 1, "%j": 2}
             columns = [fields[f] for f in argv[-1].split("|")]
@@ -292,12 +330,43 @@ def test_scontrol_shows_no_job_of_a_user_outside_the_hub_s_uids(listed):
     assert [argv[0] for _, argv in system.ran] == ["squeue"]
 
 
+SSHARE = """\
+root|||cpu=60,gres/gpu=12
+ root|root|1.000000|cpu=0,gres/gpu=0
+ lab-nlp||0.400000|cpu=60,gres/gpu=12
+  lab-nlp|bob|0.333333|cpu=60,gres/gpu=12
+  lab-nlp|slurm|0.333333|cpu=0,gres/gpu=0
+  lab-nlp|ghost|0.333333|cpu=0,gres/gpu=0
+ portal||0.500000|cpu=0,gres/gpu=0
+  portal|alice|0.600000|cpu=0,gres/gpu=0
+"""
+
+
+def test_sshare_shows_the_accounts_and_the_portal_s_users_alone(capsys):
+    """Under PrivateData=usage the helper runs the catalog's sshare as
+    root and prints the accounts' lines and those of the users in the
+    registered hub's uids: not root's, a system account's, or a name NSS
+    does not know."""
+    system = FakeSystem()
+    argv = ["sshare", "-a", "-n", "-P", "-o", parse.SHARE_FIELDS]
+    assert main(argv, system) == 0
+    assert capsys.readouterr().out == (
+        "root|||cpu=60,gres/gpu=12\n lab-nlp||0.400000|cpu=60,gres/gpu=12\n"
+        "  lab-nlp|bob|0.333333|cpu=60,gres/gpu=12\n portal||0.500000|cpu=0,gres/gpu=0\n"
+        "  portal|alice|0.600000|cpu=0,gres/gpu=0\n"
+    )
+    assert system.ran == [(BIN_DIR, argv)]
+    assert sorted(parse.parse_shares(read(argv, system))) == [
+        ("lab-nlp", ""), ("lab-nlp", "bob"), ("portal", ""), ("portal", "alice"), ("root", ""),
+    ]  # fmt: skip
+
+
 def test_refusals_and_slurm_s_failures_are_one_line_and_their_exit_status(capsys):
     system = FakeSystem()
     assert main(["scancel", "7"], system) == 2
     assert capsys.readouterr().err == (
         "portal-slurm-read: refused: 'scancel' is none of the hub's reads (squeue, scontrol, "
-        "sacct)\n"
+        "sacct, sshare)\n"
     )
     assert system.ran == []
     argv = ["squeue", "-h", "-j", "99", "-n", SESSION, "-o", "%P|%q"]
