@@ -170,7 +170,7 @@ class NotebookJobs:
         job_slice = profile.make_slice(
             gpus, request.get("hours"), request.get("nodes"), request.get("partition"), **site
         )
-        await self.check_site(username, profile, job_slice)
+        job_slice = await self.check_site(username, groups, profile, job_slice)
         path = notebook_path(request.get("notebook"), entry.pw_dir)
         facts = json.loads(await self.read(username, "inspect", path))
         if not self.kernel_exists(facts.get("kernel", "")):
@@ -192,12 +192,11 @@ class NotebookJobs:
             "notify": request.get("notify", False),
         }  # fmt: skip
 
-    async def check_site(self, username, profile, job_slice):
-        """Refuse (SliceError naming the field) a job whose partition, GPU
-        model, account, QOS, reservation or node feature the site's Slurm
+    async def check_site(self, username, groups, profile, job_slice):
+        """``job_slice``, its QOS named where Slurm's own would refuse it
+        (``choices.complete``); SliceError naming the field for a partition,
+        GPU model, account, QOS, reservation or node feature the site's Slurm
         would refuse or never start, as a session's (``choices.check``)."""
-        if not job_slice.choices() and job_slice.partition == profile.partition and job_slice.gpus:
-            return  # the profile's own: checked with the profile
         if self.site_view is not None:
             partitions, catalog = await self.site_view()
         else:
@@ -206,7 +205,9 @@ class NotebookJobs:
                 catalog = await slurm.site_catalog(timeout=self.timeout)
             except SlurmError as e:
                 raise NotebookError(f"The cluster did not answer: {e}", "partition") from None
-        choices.check(profile, job_slice, partitions, catalog, username, datetime.now())
+        job_slice = choices.complete(job_slice, catalog, username)
+        choices.check(profile, job_slice, partitions, catalog, username, datetime.now(), groups)
+        return job_slice
 
     async def check_qos(self, username, job_slice):
         """Refuse a job that asks for more GPUs than its QOS ever lets the

@@ -520,6 +520,7 @@ def configure_spawner(c, settings):
     # port only; a stop during a spawn answers the spawn's request as stopped,
     # not with a 500; the session card's "Extend by N hours" and GPU figures
     notebook_jobs = NotebookJobs(profiles.store, settings)
+    notebook_jobs.site_view = site_view(SlurmPoller.instance(slurm["job_name"]))
     jupyterhub_patches.install_routes(profiles.store, notebook_jobs)
     # a page's user from its login cookie, and a user by name, without a query
     jupyterhub_patches.install_user_lookups()
@@ -686,6 +687,21 @@ async def slurm_account_problem(settings, log):
             return ""
     log.error("%s", problem)
     return problem
+
+
+def site_view(poller):
+    """``async () -> (partitions, catalog)`` of the shared ``poller``: what a
+    notebook job's choices are checked against, as a session's (the catalog
+    awaited 2 s at most when none was read yet)."""
+
+    async def view():
+        await poller.partitions_since(5.0, timeout=2.0)
+        catalog = poller.catalog
+        if catalog is None:
+            catalog = await poller.catalog_since(2 * poller.catalog_interval, timeout=2.0)
+        return poller.partitions, catalog
+
+    return view
 
 
 def active_spawners():

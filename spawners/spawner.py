@@ -47,6 +47,13 @@ from .session_tls import SessionCerts
 from .spawner_settings import PortalSpawnerSettings
 
 STATE_VERSION = 3  # 3: slices over nodes, GPU indices per node
+
+
+def refusal_text(error):
+    """An HTTP 400's message for a refused option: its own, naming the field."""
+    return f"{error} (field: {error.field})" if error.field else str(error)
+
+
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -106,41 +113,50 @@ class PortalSpawner(
 
     async def apply_options(self, user_options):
         """``load_user_options``, then the check against the site's Slurm as
-        the shared poll knows it (``portal.slurm.choices``: the partition, GPU
-        model, account, QOS, reservation and node feature): JupyterHub calls
-        this before start, for the form, spawn links and the REST API alike.
-        A refusal is HTTP 400 naming the field, and changes nothing."""
+        the shared poll knows it (``portal.slurm.choices``: the partition,
+        GPU model, account, QOS, reservation and node feature): JupyterHub
+        calls this before start, for the form, spawn links and the REST API
+        alike. A refusal is HTTP 400 naming the field, and changes nothing."""
         previous = self.profile, self.job_slice
         job_slice = self.load_user_options(user_options)
         try:
-            await self.check_site_choices(self.profile, job_slice)
+            self.job_slice = await self.check_site_choices(self.profile, job_slice)
         except SliceError as e:
             self.profile, self.job_slice = previous
             self._restore_last_options()
             metrics.refused("options")
-            raise web.HTTPError(400, f"{e} (field: {e.field})" if e.field else str(e)) from None
-        return job_slice
+            raise web.HTTPError(400, refusal_text(e)) from None
+        return self.job_slice
 
     async def check_site_choices(self, profile, job_slice):
-        """SliceError naming the field when the site's Slurm would refuse
-        ``job_slice`` of ``profile`` or never start it (``choices.check``);
-        the catalog of accounts is awaited (2 s at most) when the slice
-        names an account, QOS or reservation and none was read yet."""
+        """``job_slice`` of ``profile``, its QOS named where Slurm's own
+        would refuse it (``choices.complete``); SliceError naming the field
+        when the site's Slurm would refuse it or never start it
+        (``choices.check``). The catalog of accounts is awaited (2 s at
+        most) when none was read yet and the slice needs it (an account, QOS
+        or reservation named, or no GPU)."""
         poller = self.poller
+        catalog = poller.catalog
         needs = {"account", "qos", "reservation"} & set(job_slice.choices())
-        if needs and getattr(poller, "catalog", None) is None and hasattr(poller, "catalog_since"):
-            await poller.catalog_since(self.catalog_max_age, timeout=2.0)
+        if catalog is None and (needs or job_slice.cpu_only):
+            catalog = await poller.catalog_since(self.catalog_max_age, timeout=2.0)
+        groups = self.check_account()
+        job_slice = choices.complete(job_slice, catalog, self.user.name)
         choices.check(
-            profile, job_slice, poller.partitions, getattr(poller, "catalog", None),
-            self.user.name, datetime.now(),
-        )  # fmt: skip
+            profile, job_slice, poller.partitions, catalog, self.user.name, datetime.now(), groups
+        )
+        return job_slice
 
     def site_offer(self, last):
         """The spawn page's site choices of a profile (``choices.offer``)."""
         poller, now = self.poller, datetime.now()
-        catalog = getattr(poller, "catalog", None)
+        catalog, name = poller.catalog, self.user.name
+        try:
+            groups = self.check_account()
+        except ProfileError:
+            groups = []
         return lambda profile: choices.offer(
-            profile, poller.partitions, catalog, self.user.name, now, last, self.gpu_memory_gb
+            profile, poller.partitions, catalog, name, now, last, self.gpu_memory_gb, groups
         )
 
     def _restore_last_options(self):
@@ -237,9 +253,9 @@ class PortalSpawner(
         home = env["HOME"]
         quota.check_sessions(self)
         try:  # the site's Slurm as the poll knows it now, just before sbatch
-            await self.check_site_choices(self.profile, job_slice)
+            job_slice = self.job_slice = await self.check_site_choices(self.profile, job_slice)
         except SliceError as e:
-            raise web.HTTPError(400, f"{e} (field: {e.field})") from None
+            raise web.HTTPError(400, refusal_text(e)) from None
         await quota.check(self, job_slice)  # before anything runs as the user
         await self.prepare_notices()
         await self.check_user_image()  # as the user, before anything is submitted

@@ -17,6 +17,8 @@ fairshare, reservations, partitions' Allow/Deny lists), read for all users
 at once, never per page. Pure functions of those.
 """
 
+from dataclasses import replace
+
 from portal.core.slice import CHOICE_LABELS, SliceError
 
 
@@ -39,7 +41,13 @@ def _model_on_node(partition, model):
     )  # fmt: skip
 
 
-def partition_refusal(profile, job_slice, partitions):
+def without_gpus(partition, catalog):
+    """Whether ``partition`` takes jobs without GPUs only: none of its nodes
+    has one, or its own QOS allows none per job (``SiteCatalog.cpu_only``)."""
+    return not partition.gpus or bool(catalog and catalog.cpu_only(partition.name))
+
+
+def partition_refusal(profile, job_slice, partitions, catalog=None):
     """Why ``job_slice`` cannot run on its partition as the cluster is now
     ("" when it can), and the field to name; ("", "") when the cluster is
     not known yet (sbatch is the judge then)."""
@@ -48,15 +56,19 @@ def partition_refusal(profile, job_slice, partitions):
         return "", ""
     if partition is None:
         return f"Partition {job_slice.partition} does not exist on this cluster", "partition"
-    if job_slice.gpus and not partition.gpus:
+    cpu = without_gpus(partition, catalog)
+    if job_slice.gpus and cpu:
         return (
             f"Partition {partition.name} has no GPUs: choose no GPU there, or a partition "
             "with GPUs",
             "gpus",
         )
-    if not job_slice.gpus and partition.gpus:
-        cpu = [p for p in profile.all_partitions if p in partitions and not partitions[p].gpus]
-        where = f" ({', '.join(cpu)})" if cpu else ""
+    if not job_slice.gpus and not cpu:
+        cpus = [
+            p for p in profile.all_partitions
+            if p in partitions and without_gpus(partitions[p], catalog)
+        ]  # fmt: skip
+        where = f" ({', '.join(cpus)})" if cpus else ""
         return (
             f"A session without GPUs runs on a partition without GPUs{where}, not {partition.name}",
             "partition",
@@ -85,15 +97,18 @@ def partition_refusal(profile, job_slice, partitions):
     return "", ""
 
 
-def accounting_refusal(job_slice, catalog, user, now):
+def accounting_refusal(job_slice, catalog, user, now, groups=()):
     """Why the account, QOS or reservation of ``job_slice`` cannot be used
-    by ``user`` ("" when they can), and the field to name."""
+    by ``user`` (a member of ``groups``) ("" when they can), and the field
+    to name. Without a QOS named, the one Slurm would give the job (the
+    association's usual one) is checked: ``complete`` names another where
+    that one would refuse the job."""
     chosen = {
         k: v for k, v in job_slice.choices().items() if k in ("account", "qos", "reservation")
     }
-    if not chosen:
-        return "", ""
     if catalog is None:
+        if not chosen:
+            return "", ""
         field = next(iter(chosen))
         return (
             f"The cluster's accounts are not read yet, so {CHOICE_LABELS[field].lower()} "
@@ -102,22 +117,26 @@ def accounting_refusal(job_slice, catalog, user, now):
         )
     accounts = catalog.accounts_of(user)
     account = job_slice.account or (accounts[0] if accounts else "")
+    if not account:
+        return "", ""  # no association known: Slurm's own refusal says why
     if job_slice.account:
         reason = catalog.account_refusal(user, job_slice.account, job_slice.partition)
         if reason:
             return reason, "account"
-    if job_slice.qos:
-        reasons = dict(catalog.qos_choices(user, account, job_slice.partition))
-        if job_slice.qos not in reasons:
-            return (
-                f"QOS {job_slice.qos} is not one of account {account}'s on partition "
-                f"{job_slice.partition}",
-                "qos",
-            )
-        if reasons[job_slice.qos]:
-            return reasons[job_slice.qos], "qos"
+    reasons = dict(catalog.qos_choices(user, account, job_slice.partition, job_slice.total_gpus))
+    qos = job_slice.qos or usual_qos(catalog, user, account, job_slice.partition)
+    if job_slice.qos and job_slice.qos not in reasons:
+        return (
+            f"QOS {job_slice.qos} is not one of account {account}'s on partition "
+            f"{job_slice.partition}",
+            "qos",
+        )
+    if qos and reasons.get(qos):
+        return reasons[qos], "qos"
     if job_slice.reservation:
-        reason = catalog.reservation_refusal(job_slice.reservation, user, [account], now)
+        reason = catalog.reservation_refusal(
+            job_slice.reservation, user, [account], now, list(groups)
+        )
         if reason:
             return reason, "reservation"
         held = next(r for r in catalog.reservations if r.name == job_slice.reservation)
@@ -128,6 +147,32 @@ def accounting_refusal(job_slice, catalog, user, now):
                 "reservation",
             )
     return "", ""
+
+
+def usual_qos(catalog, user, account, partition):
+    """The QOS Slurm gives a job of ``user`` in ``account`` on ``partition``
+    that names none (its association's usual one), or ""."""
+    assoc = catalog.association(user, account, partition)
+    return assoc.usual_qos if assoc else ""
+
+
+def complete(job_slice, catalog, user):
+    """``job_slice`` with the QOS named where it names none and the one
+    Slurm would give it refuses it while another of the user's is allowed
+    (a session without GPUs under a QOS that needs one: the demo's account
+    ``portal`` and its QOS ``cpu``), so that the user need not know it."""
+    if job_slice.qos or catalog is None:
+        return job_slice
+    accounts = catalog.accounts_of(user)
+    account = job_slice.account or (accounts[0] if accounts else "")
+    if not account:
+        return job_slice
+    reasons = dict(catalog.qos_choices(user, account, job_slice.partition, job_slice.total_gpus))
+    usual = usual_qos(catalog, user, account, job_slice.partition)
+    if not usual or not reasons.get(usual):
+        return job_slice
+    better = catalog.default_qos(user, account, job_slice.partition, job_slice.total_gpus)
+    return replace(job_slice, qos=better) if better else job_slice
 
 
 def reservation_nodes_refusal(job_slice, catalog, partitions):
@@ -147,13 +192,14 @@ def reservation_nodes_refusal(job_slice, catalog, partitions):
     return ""
 
 
-def check(profile, job_slice, partitions, catalog, user, now):
+def check(profile, job_slice, partitions, catalog, user, now, groups=()):
     """Refuse, with SliceError naming the field, a ``job_slice`` of
-    ``profile`` that the site's Slurm would refuse or never start (what
-    ``offer`` shows disabled); nothing when it fits."""
-    reason, field = partition_refusal(profile, job_slice, partitions)
+    ``profile`` that the site's Slurm would refuse or never start for
+    ``user`` (a member of ``groups``): what ``offer`` shows disabled;
+    nothing when it fits."""
+    reason, field = partition_refusal(profile, job_slice, partitions, catalog)
     if not reason:
-        reason, field = accounting_refusal(job_slice, catalog, user, now)
+        reason, field = accounting_refusal(job_slice, catalog, user, now, groups)
     if not reason:
         reason, field = reservation_nodes_refusal(job_slice, catalog, partitions), "reservation"
     if reason:
@@ -163,7 +209,7 @@ def check(profile, job_slice, partitions, catalog, user, now):
 # -- the page ------------------------------------------------------------------
 
 
-def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None):
+def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None, groups=()):
     """The site's choices of ``profile`` for ``user``, as the spawn page
     shows them (JSON-able), each with ``reason`` ("" when it can be taken):
 
@@ -201,7 +247,7 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None):
         features = [
             f for f in _features(partition) if not profile.features or f in profile.features
         ]
-        gpus = bool(partition.gpus)
+        gpus = not without_gpus(partition, catalog)
         reason = "" if gpus or profile.cpu_sessions else "No GPUs here, and no sessions without"
         largest = partition.largest_node
         parts.append({
@@ -235,16 +281,19 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None):
                 "reasons": {p: catalog.account_refusal(user, account, p) for p in names},
             })  # fmt: skip
     if "qos" in profile.choose:
+        # the reasons for a session of 1 GPU, or none on a partition without
         for account in accounts if "account" in profile.choose else accounts[:1]:
             result["qos"][account] = {
-                p: [
+                p["name"]: [
                     {"name": q, "limits": _qos_limits(catalog, q), "reason": reason}
-                    for q, reason in catalog.qos_choices(user, account, p)
+                    for q, reason in catalog.qos_choices(
+                        user, account, p["name"], 1 if p["gpus"] else 0
+                    )
                 ]
-                for p in names
+                for p in parts
             }
     if "reservation" in profile.choose:
-        for held, reason in catalog.reservation_choices(user, accounts, now):
+        for held, reason in catalog.reservation_choices(user, accounts, now, list(groups)):
             reasons = {}
             for p in names:
                 partition = partitions.get(p)
