@@ -53,7 +53,9 @@ def job(job_id):
 
 
 def accounted(job_id, timeout=60):
-    """sacct's fields of the ended job ``job_id``, once it has ended."""
+    """sacct's fields of the ended job ``job_id``, once it has ended and its
+    record is whole: a job of a second may be listed as ended before its
+    start's fields (partition, QOS, reservation) are in."""
     fields = ("State", "Partition", "NodeList", "Account", "QOS", "AllocTRES", "Reservation")
     deadline = time.monotonic() + timeout
     while True:
@@ -61,8 +63,10 @@ def accounted(job_id, timeout=60):
             ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", ",".join(fields)],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
-        if out and out.split("|")[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"):
-            return dict(zip(fields, out.split("|"), strict=True))
+        row = dict(zip(fields, out.split("|"), strict=True)) if out else {}
+        ended = row and row["State"] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING")
+        if ended and row["Partition"] and row["QOS"] != "Unknown":
+            return row
         assert time.monotonic() < deadline, f"job {job_id} has not ended: {out!r}"
         time.sleep(1)
 
@@ -190,10 +194,11 @@ def test_a_cpu_job_runs_with_no_gpu_on_the_cpu_partition_only(cleanup):
     # the QOS portal still takes a GPU in every job, there too
     r = sbatch_as("bob", "-p", cpu, "-c", "4")
     assert r.returncode != 0 and "QOSMinGRES" in r.stderr, r.stderr
-    # and the QOS cpu holds no GPU node's cores on the other partitions
+    # and the QOS cpu, which bob may use (above), holds no GPU node's cores on
+    # the other partitions: they deny it (Slurm 22.05 says only "Invalid qos")
     r = sbatch_as("bob", "-p", SETTINGS["slurm"]["partition"], f"--qos={CPU_QOS}", "-c", "4")
     assert r.returncode != 0, f"Slurm accepted job {r.stdout.strip()}"
-    assert "not permitted to use this partition" in r.stderr, r.stderr
+    assert "Invalid qos specification" in r.stderr, r.stderr
 
 
 def test_lab_accounts_have_their_groups_members_their_qos_and_fairshare(cleanup):
@@ -242,10 +247,16 @@ def test_a_partition_denies_a_lab_qos(cleanup):
     user = members(lab.group)[0]
     r = sbatch_as(user, "-p", name, f"--account={lab.name}", "--gres=gpu:1")
     assert r.returncode != 0, f"Slurm accepted job {r.stdout.strip()}"
-    assert "not permitted to use this partition" in r.stderr, r.stderr
-    # under the account portal the same user may use that partition
+    assert "Invalid qos specification" in r.stderr, r.stderr  # 22.05's word for DenyQos
+    # the same account and QOS on another partition, the same partition under
+    # the account portal: both run
+    other = next(n for n, s in PARTITIONS.items() if not s.cpu_only and n != name)
+    ended = accounted(
+        submitted(sbatch_as(user, "-p", other, f"--account={lab.name}", "--gres=gpu:1"))
+    )
+    assert (ended["State"], ended["QOS"]) == ("COMPLETED", lab.default_qos), ended
     ended = accounted(submitted(sbatch_as(user, "-p", name, "--gres=gpu:1")))
-    assert ended["State"] == "COMPLETED", ended
+    assert (ended["State"], ended["QOS"]) == ("COMPLETED", "portal"), ended
 
 
 def test_the_reservation_is_its_groups_members_alone(cleanup):
