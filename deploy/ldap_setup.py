@@ -30,14 +30,17 @@ CA, nslcd too): slapd.conf and nslcd.conf carry a checksum of their TLS
 files, so a new file changes the config, and that restarts the daemon.
 
 The demo data, loaded only into an empty directory: groups portal-users
-(alice, bob, carol), portal-admins (carol), vision (alice) and guests (no
-members), and the users alice, bob, carol and eve. eve is a valid account
+(alice, bob, carol), portal-admins (carol), vision (alice), the lab groups
+lab-vision (alice, carol) and lab-nlp (bob, carol), whose members are the
+users of the Slurm accounts of the same names ([[cluster.accounts]]), and
+guests (no members), and the users alice, bob, carol and eve. eve is a valid account
 that no group lists and whose primary group is guests, so the hub refuses
 her and `id eve` shows no portal group. Each has the `mail` NAME@[mail]
 domain, which the login node's exim4 delivers to /var/mail/NAME
 (deploy/mail_setup.py). A directory loaded before guests existed is
 migrated at start (the group added, eve moved to it), and so is one whose
-demo users have no `mail` (the address added).
+demo users have no `mail` (the address added) or that lacks the lab groups
+(added with their members).
 The passwords are random, made at that first start, and kept only in the
 directory (hashed) and in the accounts file (root, 0600). To start over:
 stop, remove the LDAP directory and the accounts file, start.
@@ -79,8 +82,12 @@ DEMO_GROUPS = (
     ("portal-users", 20000, ("alice", "bob", "carol")),
     ("portal-admins", 20010, ("carol",)),
     ("vision", 20020, ("alice",)),
+    ("lab-vision", 20030, ("alice", "carol")),
+    ("lab-nlp", 20040, ("bob", "carol")),
     ("guests", 20100, ()),
 )
+# Groups the demo gained after directories were loaded: added when missing.
+LAB_GROUPS = ("lab-vision", "lab-nlp")
 ADMIN_GROUP = "portal-admins"
 # Before guests, every demo user had this primary group (migration).
 OLD_USERS_GID = 20000
@@ -268,12 +275,13 @@ def accounts_json(passwords):
 def migration(layout, read):
     """What brings a directory loaded by an older deploy/ldap.sh up to the
     demo data, as (LDIF for ldapmodify, [(user, new gid)]): the demo groups
-    that are some demo user's primary group and are missing (guests) are
-    added, the demo users whose gidNumber is still the old common one
-    (portal-users) move to their own primary group, and those without a
-    ``mail`` get theirs. Groups, members and addresses an admin changed are
-    left alone. ``read(dn)`` gives an entry's gidNumber and mail as
-    ``{attribute: value}`` (either may be missing), None when the entry is.
+    that are some demo user's primary group (guests), or lab groups
+    (:data:`LAB_GROUPS`), and are missing are added, the demo users whose
+    gidNumber is still the old common one (portal-users) move to their own
+    primary group, and those without a ``mail`` get theirs. Groups, members
+    and addresses an admin changed are left alone. ``read(dn)`` gives an
+    entry's gidNumber and mail as ``{attribute: value}`` (either may be
+    missing), None when the entry is.
 
     >>> from portal.settings import defaults
     >>> read = lambda dn: {} if dn.startswith("uid=eve,") else {"mail": "x@y"}
@@ -287,7 +295,8 @@ def migration(layout, read):
     ldif, moved = [], []
     primary = {group for _, _, group, _, _ in DEMO_USERS}
     for name, _, _ in DEMO_GROUPS:
-        if name in primary and read(f"cn={name},{layout.groups_dn}") is None:
+        added = name in primary or name in LAB_GROUPS
+        if added and read(f"cn={name},{layout.groups_dn}") is None:
             ldif.append(group_entry(name, layout.groups_dn, "add"))
     for name, _, group, _, _ in DEMO_USERS:
         dn = f"uid={name},{layout.people_dn}"

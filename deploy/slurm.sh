@@ -9,7 +9,8 @@
 #     deploy/slurm.sh stop    # stop them; remove the namespaces, veths, bridge and
 #                             # /etc/hosts block (Slurm's state, the database kept)
 #     deploy/slurm.sh status  # exit 0 if all run and the nodes take jobs, else 3
-#     deploy/slurm.sh sync-users  # account "portal": LDAP groups, root, the hub
+#     deploy/slurm.sh sync-users  # the accounts' users (LDAP groups, root, the hub)
+#                                 # and the reservations' (an LDAP group's members)
 #
 # This script starts and stops processes; deploy/slurm_setup.py writes the files
 # (deploy/templates/slurm), computes the accounting changes and says why. To
@@ -225,6 +226,7 @@ cmd_start() {
     read -r SLURM_CHANGED DBD_CHANGED DB_CHANGED <<<"$changes"
     if [ "$SLURM_CHANGED$DBD_CHANGED$DB_CHANGED" = 000 ] && all_up; then
         slurm_users ensure-limits --script "$0"  # the fast path
+        slurm_py reservations || log "warning: reservations not synchronised; run $0 sync-users"
         slurm_py hub-uid
         return 0
     fi
@@ -236,7 +238,7 @@ cmd_start() {
     # slurm.conf then costs only the restart of slurmctld and slurmd.
     start_mariadb
     start_slurmdbd
-    slurm_py register
+    slurm_py register  # with the QOS names slurm.conf gives (a partition's, DenyQos)
     # Before slurmctld (re)starts enforcing them; on a new database, once
     # slurmctld has registered the gres/gpu TRES that the QOS limits name.
     if gpu_tres_known; then slurm_users ensure-limits --script "$0"; limits=1; fi
@@ -252,9 +254,11 @@ cmd_start() {
         slurm_users ensure-limits --script "$0"
     fi
     slurm_py check-gres
+    # Once slurmctld knows the nodes they hold.
+    slurm_py reservations || log "warning: reservations not synchronised; run $0 sync-users"
     slurm_py hub-uid
     log "up: login node $(hostname -s), compute nodes:"
-    sinfo -h -N -O 'NodeList:8,StateLong:12,Gres:20,CPUsState:16,Memory:10' | sed 's/^/    /' >&2
+    sinfo -h -N -O 'NodeList:6,Partition:8,StateLong:12,Gres:24,CPUsState:16,Memory:10' | sed 's/^/    /' >&2
 }
 
 cmd_stop() {
@@ -280,7 +284,7 @@ cmd_status() {
     done
     pid_alive "$CTLD_PID" || return 3
     slurm_py nodes-ready || rc=3
-    sinfo -N -O 'NodeList:12,Partition:10,StateLong:12,Gres:20,GresUsed:30,CPUsState:16,AllocMem:10,Memory:10'
+    sinfo -N -O 'NodeList:12,Partition:10,StateLong:12,Gres:24,GresUsed:34,CPUsState:16,AllocMem:10,Memory:10'
     return $rc
 }
 

@@ -9,16 +9,22 @@ When the state is as configured, nothing is planned: a start with nothing new
 costs one ``sacctmgr list`` per question.
 
 Slurm enforces its own limits, whoever submits (AccountingStorageEnforce=
-associations,limits,qos,safe): a job needs an association, and the account
-"portal" runs its jobs under the QOS "portal" only (its default), which caps
-GPUs per user and the wall time per job (``[cluster] qos_max_gpus_per_user``,
-``qos_max_wall``: :func:`plan_qos`). With Flags=DenyOnLimit a job over a
-per-job limit is refused at submission; jobs over the per-user total pend
-until the user's others end. Every job takes a GPU (MinTRESPerJob): a
-GPU-less job could otherwise hold a node's cores and memory for the whole wall
-time. TRES limits and flags that a site added itself are kept.
+associations,limits,qos,safe): a job needs an association, and runs under a
+QOS of it (:func:`qos_specs`, :func:`plan_qos`). The account "portal", every
+user's default account, runs its jobs under the QOS "portal" (its default),
+which caps GPUs per user and the wall time per job (``[cluster]
+qos_max_gpus_per_user``, ``qos_max_wall``), and takes a GPU in every job
+(MinTRESPerJob): a GPU-less job could otherwise hold a GPU node's cores and
+memory for the whole wall time. Its only other QOS is ``[cluster] cpu_qos``
+("cpu"), which allows no GPU (MaxTRESPerJob=gres/gpu=0) and which only the
+CPU partition takes (it is that partition's QOS; the others deny it): a CPU
+session asks for it (``--qos=cpu``). Each lab account of ``[[cluster.accounts]]``
+has its own QOS (the same caps, no minimum) and fairshare. With
+Flags=DenyOnLimit a job over a per-job limit is refused at submission; jobs
+over the per-user total pend until the user's others end. TRES limits and
+flags that a site added itself are kept.
 
-The users of the account (:func:`plan_users`): every member of the portal's
+The users of the account portal (:func:`plan_users`): every member of the portal's
 groups (the cn of ``[ldap] allowed_groups``, members as ``getent group``
 lists them), root and the hub's account (``[hub] user``, for its ``sbatch
 --test-only``: the spawn page's expected starts); those who left are removed
@@ -27,7 +33,15 @@ active job; a later sync removes it). One add and one remove for any number
 of users. A group that does not resolve changes nothing: nslcd or slapd down
 must not look like an empty group. root also keeps its association with the
 account root. Anyone else's jobs are refused at submission ("Invalid account
-or account/partition combination specified").
+or account/partition combination specified"). A lab account's users are the
+members of its group (``[[cluster.accounts]] group``), with root and the hub's
+account, kept the same way.
+
+A reservation of ``[[cluster.reservations]]`` holds its nodes for the members
+of its group (Users=, :func:`plan_reservation`): created when missing, its
+users and nodes updated when they differ, deleted when the group has no
+member. Slurm resolves a reservation's Groups= once, when it is set, so the
+members are named and kept in sync here instead.
 
 The hub's account holds no Slurm admin level (:func:`plan_admin_level`). An
 Operator may update, hold or cancel any job of the cluster and edit its
@@ -49,10 +63,14 @@ from portal.settings import group_name
 
 CLUSTER = "portal"
 ACCOUNT = "portal"
-QOS = "portal"  # the account's only QOS
-MIN_TRES = "gres/gpu=1"  # every job takes a GPU
+QOS = "portal"  # the account's default QOS
+MIN_TRES = "gres/gpu=1"  # every job of QOS portal takes a GPU
+NO_GPU = "gres/gpu=0"  # no job of [cluster] cpu_qos holds one
 SACCTMGR = ("sacctmgr", "-i")
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# A name of an account, QOS, partition, node, feature, GPU model, reservation
+# or group as the settings give it: taken by Slurm as it is, never an option.
+SLURM_NAME = USER_NAME
 
 
 class SetupError(ValueError):
@@ -138,9 +156,239 @@ def qos_limits(cluster):
     return wall, f"gres/gpu={gpus}" if gpus else ""
 
 
-def plan_registration(clusters, accounts):
-    """The cluster and the account, added once: ``clusters`` and ``accounts``
-    are ``sacctmgr list cluster|account NAME`` outputs."""
+@dataclass(frozen=True)
+class QosSpec:
+    """A QOS as the settings ask for it: each limit a ``gres/gpu=N`` (or a
+    wall time), "" for none; every one has Flags=DenyOnLimit."""
+
+    name: str
+    wall: str = ""  # MaxWall
+    per_user: str = ""  # MaxTRESPerUser
+    per_job: str = ""  # MaxTRESPerJob
+    min_tres: str = ""  # MinTRESPerJob
+
+
+@dataclass(frozen=True)
+class AccountSpec:
+    """An account: its QOS (its users inherit them), its default QOS, its
+    fairshare (None: as Slurm has it) and the Unix group of its users ("":
+    the portal's groups)."""
+
+    name: str
+    qos: tuple
+    default_qos: str
+    fairshare: int | None = None
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class ReservationSpec:
+    """A reservation of whole ``nodes`` for the members of ``group``."""
+
+    name: str
+    group: str
+    nodes: tuple
+
+
+ACCOUNT_KEYS = {"name": str, "group": str, "qos": str, "fairshare": int}
+RESERVATION_KEYS = {"name": str, "group": str, "nodes": list}
+
+
+def check_table(where, table, keys, required=()):
+    """Refuse a settings table with a key it does not know, a value of
+    another type, or a required key missing: the message names the fix.
+
+    >>> check_table("[x]", {"gpus": "2"}, {"gpus": int})
+    Traceback (most recent call last):
+    ...
+    deploy.slurm_accounts.SetupError: [x] gpus must be int, got '2'
+    """
+    if not isinstance(table, dict):
+        raise SetupError(f"{where} must be a table")
+    for key, value in table.items():
+        if key not in keys:
+            raise SetupError(f"{where}: unknown key {key!r}; known: {', '.join(sorted(keys))}")
+        kind = keys[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise SetupError(f"{where} {key} must be {kind.__name__}, got {value!r}")
+        if kind is list and not all(isinstance(v, str) for v in value):
+            raise SetupError(f"{where} {key} must be a list of strings, got {value!r}")
+    for key in required:
+        if key not in table:
+            raise SetupError(f"{where}: {key} is missing")
+
+
+def slurm_name(where, value):
+    """``value`` if Slurm and a shell take it as a name as it is, else refused.
+
+    >>> slurm_name("[x] gpu_type", "v100-sxm2")
+    'v100-sxm2'
+    >>> slurm_name("[x] model", "v 2")
+    Traceback (most recent call last):
+    ...
+    deploy.slurm_accounts.SetupError: [x] model = 'v 2': use letters, digits, ".", "_" or "-"
+    """
+    if not SLURM_NAME.fullmatch(value):
+        raise SetupError(f'{where} = {value!r}: use letters, digits, ".", "_" or "-"')
+    return value
+
+
+def qos_specs(cluster):
+    """Every QOS of ``[cluster]``: portal, cpu_qos, each lab account's.
+
+    >>> c = {"qos_max_wall": "24:00:00", "qos_max_gpus_per_user": 4, "cpu_qos": "cpu",
+    ...      "accounts": [{"name": "lab-a", "group": "a", "qos": "a", "fairshare": 1}]}
+    >>> specs = qos_specs(c)
+    >>> [s.name for s in specs], specs[0].min_tres, specs[1].per_job, specs[2].per_user
+    (['portal', 'cpu', 'a'], 'gres/gpu=1', 'gres/gpu=0', 'gres/gpu=4')
+    """
+    wall, gpus = qos_limits(cluster)
+    specs = [QosSpec(QOS, wall, gpus, "", MIN_TRES)]
+    if cluster["cpu_qos"]:
+        slurm_name("[cluster] cpu_qos", cluster["cpu_qos"])
+        specs.append(QosSpec(cluster["cpu_qos"], wall, "", NO_GPU, ""))
+    specs += [QosSpec(account.default_qos, wall, gpus) for account in lab_accounts(cluster)]
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise SetupError(
+            f"[cluster] cpu_qos and [[cluster.accounts]] qos name a QOS twice"
+            f" ({', '.join(names)}): give each its own"
+        )
+    return specs
+
+
+def lab_accounts(cluster):
+    """``[[cluster.accounts]]`` as :class:`AccountSpec` s.
+
+    >>> lab_accounts({"accounts": [{"name": "lab-a", "group": "a", "qos": "qa", "fairshare": 60}]})
+    [AccountSpec(name='lab-a', qos=('qa',), default_qos='qa', fairshare=60, group='a')]
+    """
+    specs = []
+    for table in cluster["accounts"]:
+        check_table("[[cluster.accounts]]", table, ACCOUNT_KEYS, tuple(ACCOUNT_KEYS))
+        for key in ("name", "group", "qos"):
+            slurm_name(f"[[cluster.accounts]] {key}", table[key])
+        if table["name"] == ACCOUNT:
+            raise SetupError(f"[[cluster.accounts]]: {ACCOUNT} is the portal's own; name another")
+        if table["fairshare"] < 1:
+            raise SetupError(f"[[cluster.accounts]] {table['name']}: fairshare must be 1 or more")
+        specs.append(
+            AccountSpec(
+                table["name"], (table["qos"],), table["qos"], table["fairshare"], table["group"]
+            )  # fmt: skip
+        )
+    if len({s.name for s in specs}) != len(specs):
+        raise SetupError("[[cluster.accounts]]: an account is named twice")
+    return specs
+
+
+def portal_account(cluster):
+    """The account portal: QOS portal (its default) and cpu_qos.
+
+    >>> spec = portal_account({"cpu_qos": "cpu"})
+    >>> spec.qos, spec.default_qos, spec.fairshare
+    (('cpu', 'portal'), 'portal', None)
+    """
+    return AccountSpec(ACCOUNT, tuple(sorted({QOS, cluster["cpu_qos"]} - {""})), QOS)
+
+
+def reservations(cluster):
+    """``[[cluster.reservations]]`` as :class:`ReservationSpec` s.
+
+    >>> reservations({"reservations": [{"name": "course", "group": "vision", "nodes": ["n3"]}]})
+    [ReservationSpec(name='course', group='vision', nodes=('n3',))]
+    """
+    specs = []
+    for table in cluster["reservations"]:
+        check_table("[[cluster.reservations]]", table, RESERVATION_KEYS, tuple(RESERVATION_KEYS))
+        for name in (table["name"], table["group"], *table["nodes"]):
+            slurm_name("[[cluster.reservations]] name, group and nodes", name)
+        if not table["nodes"]:
+            raise SetupError(f"[[cluster.reservations]] {table['name']}: nodes is empty")
+        specs.append(ReservationSpec(table["name"], table["group"], tuple(table["nodes"])))
+    return specs
+
+
+def parse_reservations(text):
+    """``scontrol -o show reservation`` output: ``{name: {field: value}}``.
+
+    >>> shown = "ReservationName=course StartTime=2026-11-28T12:00:00 Nodes=n[1,3] Users=alice"
+    >>> parse_reservations(shown + "\\n")["course"]["Nodes"]
+    'n[1,3]'
+    >>> parse_reservations("No reservations in the system\\n")
+    {}
+    """
+    found = {}
+    for line in text.split("\n"):
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if "ReservationName" in fields:
+            found[fields["ReservationName"]] = fields
+    return found
+
+
+def plan_reservation(shown, spec, users, expand):
+    """The reservation ``spec`` for ``users`` (the members of its group):
+    created when missing (from now on, for good, on its whole nodes, running
+    jobs there or not), its nodes and users set when they differ, deleted
+    when ``users`` is empty. ``shown``: :func:`parse_reservations` of
+    ``scontrol -o show reservation``; ``expand``: a Slurm host list as names.
+
+    >>> from portal.slurm.parse import expand_hostlist as expand
+    >>> spec = ReservationSpec("course", "vision", ("n3",))
+    >>> print(*plan_reservation({}, spec, ["carol", "alice"], expand).argv[1:], sep="\\n")
+    create
+    reservation
+    ReservationName=course
+    StartTime=now
+    Duration=UNLIMITED
+    Nodes=n3
+    Users=alice,carol
+    Flags=IGNORE_JOBS
+    >>> now = {"course": {"Nodes": "n3", "Users": "carol,alice", "State": "ACTIVE"}}
+    >>> plan_reservation(now, spec, ["alice", "carol"], expand) is None
+    True
+    >>> plan_reservation(now, spec, ["alice"], expand).argv[1:]
+    ('update', 'ReservationName=course', 'Nodes=n3', 'Users=alice')
+    >>> plan_reservation(now, spec, [], expand).argv[1:]
+    ('delete', 'ReservationName=course')
+    """
+    users = sorted(set(users))
+    have = shown.get(spec.name)
+    if not users:
+        if have is None:
+            return None
+        return Change(
+            f"group {spec.group} has no member: deleting reservation {spec.name}",
+            ("scontrol", "delete", f"ReservationName={spec.name}"),
+            f"scontrol delete ReservationName={spec.name} failed",
+            fatal=False,
+        )
+    nodes, names = ",".join(spec.nodes), ",".join(users)
+    if have is None:
+        return Change(
+            f"reservation {spec.name}: nodes {nodes} for group {spec.group} ({' '.join(users)})",
+            ("scontrol", "create", "reservation", f"ReservationName={spec.name}", "StartTime=now")
+            + ("Duration=UNLIMITED", f"Nodes={nodes}", f"Users={names}", "Flags=IGNORE_JOBS"),
+            f"scontrol create reservation {spec.name} failed (see the message above)",
+            fatal=False,
+        )
+    had_nodes = sorted(expand(have.get("Nodes", "")))
+    had_users = sorted(u for u in have.get("Users", "").split(",") if u and u != "(null)")
+    if had_nodes == sorted(spec.nodes) and had_users == users:
+        return None
+    return Change(
+        f"reservation {spec.name}: nodes {nodes}, users {' '.join(users)}"
+        f" (was {have.get('Nodes', 'none')}, {' '.join(had_users) or 'none'})",
+        ("scontrol", "update", f"ReservationName={spec.name}", f"Nodes={nodes}", f"Users={names}"),
+        f"scontrol update reservation {spec.name} failed (see the message above)",
+        fatal=False,
+    )
+
+
+def plan_registration(clusters, accounts, names=(ACCOUNT,)):
+    """The cluster and the accounts ``names``, added once: ``clusters`` and
+    ``accounts`` are ``sacctmgr list cluster|account`` outputs (one name a
+    line). Their QOS and users are set by :func:`plan_users`."""
     changes = []
     if CLUSTER not in clusters.split("\n"):
         changes.append(
@@ -150,56 +398,98 @@ def plan_registration(clusters, accounts):
                 f"sacctmgr add cluster {CLUSTER} failed",
             )
         )
-    if ACCOUNT not in accounts.split("\n"):
+    known = accounts.split("\n")
+    for name in names:
+        if name in known:
+            continue
+        description = "Data Scientist Portal" if name == ACCOUNT else f"{name} (demo lab account)"
         changes.append(
             Change(
-                f"adding account {ACCOUNT}",
-                (*SACCTMGR, "add", "account", ACCOUNT, f"cluster={CLUSTER}")
-                + ("description=Data Scientist Portal", "organization=portal"),
-                f"sacctmgr add account {ACCOUNT} failed",
+                f"adding account {name}",
+                (*SACCTMGR, "add", "account", name, f"cluster={CLUSTER}")
+                + (f"description={description}", f"organization={name}"),
+                f"sacctmgr add account {name} failed",
             )
         )
     return changes
 
 
-def plan_qos(listing, wall, gpus):
-    """The QOS with the limits of :func:`qos_limits` and DenyOnLimit: added,
-    or modified where it differs. ``listing``: ``sacctmgr list qos portal
-    format=name,maxwall,maxtrespu,mintres,flags``.
+def plan_qos_names(listing, specs):
+    """The QOS of ``specs`` that ``listing`` (``sacctmgr list qos
+    format=name``) lacks, added without limits: slurm.conf names them
+    (a partition's QOS, DenyQos), and slurmctld needs them before its first
+    start, when the gres/gpu TRES that their limits name is not known yet.
 
-    >>> plan_qos("portal|1-00:00:00|gres/gpu=4|gres/gpu=1|DenyOnLimit", "1-00:00:00", "gres/gpu=4")
-    >>> plan_qos("", "", "gres/gpu=2").argv[2:5]
-    ('add', 'qos', 'portal')
-    >>> plan_qos("", "", "gres/gpu=2").argv[5:]
-    ('MaxWall=-1', 'MaxTRESPerUser=gres/gpu=2', 'MinTRESPerJob=gres/gpu=1', 'Flags=DenyOnLimit')
+    >>> specs = [QosSpec("portal"), QosSpec("cpu")]
+    >>> [c.argv[2:] for c in plan_qos_names("normal\\nportal\\n", specs)]
+    [('add', 'qos', 'cpu')]
     """
-    rows = parse_list(listing, 5)
-    name, maxwall, maxtrespu, mintres, flags = rows[0] if rows else ("",) * 5
-    maxtrespu = "\n".join(re.findall(r"gres/gpu=[0-9]*", maxtrespu))
-    mintres = "\n".join(re.findall(r"gres/gpu=[0-9]*", mintres))
-    if (
-        name == QOS
-        and (maxwall, maxtrespu, mintres) == (wall, gpus, MIN_TRES)
-        and "DenyOnLimit" in flags.split(",")
-    ):
-        return None
-    limits = (
-        f"MaxWall={wall or '-1'}",
-        f"MaxTRESPerUser={gpus or 'gres/gpu=-1'}",
-        f"MinTRESPerJob={MIN_TRES}",
-    )
-    shown = f"MaxWall={wall or 'none'} MaxTRESPerUser={gpus or 'none'} MinTRESPerJob={MIN_TRES}"
-    if name != QOS:
-        return Change(
-            f"adding QOS {QOS}: {shown} Flags=DenyOnLimit",
-            (*SACCTMGR, "add", "qos", QOS, *limits, "Flags=DenyOnLimit"),
-            f"sacctmgr add qos {QOS} failed",
+    known = listing.split("\n")
+    return [
+        Change(
+            f"adding QOS {spec.name} (its limits follow)",
+            (*SACCTMGR, "add", "qos", spec.name),
+            f"sacctmgr add qos {spec.name} failed",
         )
-    was = (maxwall or "none", maxtrespu or "none", mintres or "none", flags or "no flags")
+        for spec in specs
+        if spec.name not in known
+    ]
+
+
+QOS_FORMAT = "format=name,maxwall,maxtrespu,maxtres,mintres,flags"
+QOS_LIMITS = (  # sacctmgr's option, the QosSpec field
+    ("MaxWall", "wall"),
+    ("MaxTRESPerUser", "per_user"),
+    ("MaxTRESPerJob", "per_job"),
+    ("MinTRESPerJob", "min_tres"),
+)
+
+
+def _gpu_limit(tres):
+    """The gres/gpu part of a TRES list: ``cpu=8,gres/gpu=4`` -> ``gres/gpu=4``."""
+    return "\n".join(re.findall(r"gres/gpu=[0-9]*", tres))
+
+
+def plan_qos(listing, spec):
+    """The QOS ``spec`` with its limits and DenyOnLimit: added, or modified
+    where it differs. ``listing``: ``sacctmgr list qos`` with
+    :data:`QOS_FORMAT` (every QOS, or this one).
+
+    >>> spec = QosSpec("portal", "1-00:00:00", "gres/gpu=4", "", "gres/gpu=1")
+    >>> plan_qos("portal|1-00:00:00|gres/gpu=4||gres/gpu=1|DenyOnLimit", spec)
+    >>> plan_qos("", spec).argv[2:5]
+    ('add', 'qos', 'portal')
+    >>> print(*plan_qos("", spec).argv[5:], sep="\\n")
+    MaxWall=1-00:00:00
+    MaxTRESPerUser=gres/gpu=4
+    MaxTRESPerJob=gres/gpu=-1
+    MinTRESPerJob=gres/gpu=1
+    Flags=DenyOnLimit
+    """
+    rows = {row[0]: row for row in parse_list(listing, 6)}
+    name, maxwall, maxtrespu, maxtres, mintres, flags = rows.get(spec.name, ("",) * 6)
+    have = (maxwall, _gpu_limit(maxtrespu), _gpu_limit(maxtres), _gpu_limit(mintres))
+    want = tuple(getattr(spec, field) for _, field in QOS_LIMITS)
+    if name == spec.name and have == want and "DenyOnLimit" in flags.split(","):
+        return None
+    limits = tuple(
+        f"{option}={value or ('-1' if field == 'wall' else 'gres/gpu=-1')}"
+        for (option, field), value in zip(QOS_LIMITS, want, strict=True)
+    )
+    shown = " ".join(
+        f"{option}={value or 'none'}" for (option, _), value in zip(QOS_LIMITS, want, strict=True)
+    )
+    if name != spec.name:
+        return Change(
+            f"adding QOS {spec.name}: {shown} Flags=DenyOnLimit",
+            (*SACCTMGR, "add", "qos", spec.name, *limits, "Flags=DenyOnLimit"),
+            f"sacctmgr add qos {spec.name} failed",
+        )
+    was = ", ".join(v or "none" for v in have) + f", {flags or 'no flags'}"
     return Change(
-        f"QOS {QOS}: {shown} Flags+=DenyOnLimit (was {', '.join(was)})",
-        (*SACCTMGR, "modify", "qos", QOS, "set", *limits, "Flags+=DenyOnLimit"),
-        f"sacctmgr modify qos {QOS} failed",
+        f"QOS {spec.name}: {shown} Flags+=DenyOnLimit (was {was})",
+        (*SACCTMGR, "modify", "qos", spec.name, "set", *limits, "Flags+=DenyOnLimit"),
+        f"sacctmgr modify qos {spec.name} failed",
     )
 
 
@@ -236,33 +526,38 @@ def group_members(line):
 
 @dataclass(frozen=True)
 class UsersPlan:
-    account: Change | None  # the account's own QOS, when it differs
+    account: Change | None  # the account's own QOS and fairshare, when they differ
     add: Change | None
     leaving: list  # associated users who are no longer members, in listing order
 
 
-def plan_users(members, associations):
+PORTAL = AccountSpec(ACCOUNT, (QOS,), QOS)  # the account portal, without cpu_qos
+
+
+def plan_users(members, associations, spec=PORTAL):
     """The account's users = ``members`` (root and the hub's account among
-    them), its only QOS (its users inherit it) :data:`QOS`. ``associations``:
-    ``sacctmgr list assoc account=portal cluster=portal
-    format=user,qos,defaultqos``, whose row with no user is the account's own.
+    them), its QOS (its users inherit them) and fairshare those of ``spec``.
+    ``associations``: ``sacctmgr list assoc account=NAME cluster=portal
+    format=user,qos,defaultqos,fairshare``, whose row with no user is the
+    account's own.
 
     >>> listing = "|portal|portal\\nroot|portal|portal\\nbob|portal|portal\\nalice|portal|portal\\n"
     >>> plan = plan_users({"root", "alice", "dave"}, listing)
     >>> plan.account, plan.add.argv[3:], plan.leaving
     (None, ('user', 'dave', 'account=portal', 'cluster=portal'), ['bob'])
+    >>> lab = AccountSpec("lab-a", ("qa",), "qa", 60, "a")
+    >>> plan_users({"root"}, "|qa|qa|60\\nroot|qa|qa|1\\n", lab)
+    UsersPlan(account=None, add=None, leaving=[])
+    >>> plan_users({"root"}, "|qa|qa|1\\nroot|qa|qa|1\\n", lab).account.argv[-3:]
+    ('qos=qa', 'defaultqos=qa', 'fairshare=60')
     """
     account, listed, leaving = None, set(), []
-    for name, qos, defqos in parse_list(associations, 3):
+    for name, qos, defqos, fairshare in parse_list(associations, 4):
         if not name:
-            if (qos, defqos) != (QOS, QOS):
-                account = Change(
-                    f"account {ACCOUNT}: QOS {QOS} only"
-                    f" (was {qos or 'none'}, default {defqos or 'none'})",
-                    (*SACCTMGR, "modify", "account", ACCOUNT, "where", f"cluster={CLUSTER}")
-                    + ("set", f"qos={QOS}", f"defaultqos={QOS}"),
-                    f"sacctmgr modify account {ACCOUNT} failed",
-                )
+            want = (sorted(spec.qos), spec.default_qos)
+            share_ok = spec.fairshare is None or fairshare == str(spec.fairshare)
+            if (sorted(q for q in qos.split(",") if q), defqos) != want or not share_ok:
+                account = _account_change(spec, qos, defqos, fairshare)
             continue
         if name not in members and name not in listed:
             leaving.append(name)
@@ -271,16 +566,32 @@ def plan_users(members, associations):
     add = None
     if new:
         add = Change(
-            f"adding to account {ACCOUNT}: {' '.join(new)}",
-            (*SACCTMGR, "add", "user", ",".join(new), f"account={ACCOUNT}", f"cluster={CLUSTER}"),
+            f"adding to account {spec.name}: {' '.join(new)}",
+            (*SACCTMGR, "add", "user", ",".join(new), f"account={spec.name}", f"cluster={CLUSTER}"),
             "sacctmgr add user failed",
         )
     return UsersPlan(account, add, leaving)
 
 
-def plan_removal(leaving, active):
+def _account_change(spec, qos, defqos, fairshare):
+    only = " only" if len(spec.qos) == 1 else f", default {spec.default_qos}"
+    share = () if spec.fairshare is None else (f"fairshare={spec.fairshare}",)
+    was = f"was {qos or 'none'}, default {defqos or 'none'}"
+    if spec.fairshare is not None:
+        was += f", fairshare {fairshare or 'none'}"
+    return Change(
+        f"account {spec.name}: QOS {','.join(spec.qos)}{only}"
+        + (f", fairshare {spec.fairshare}" if share else "")
+        + f" ({was})",
+        (*SACCTMGR, "modify", "account", spec.name, "where", f"cluster={CLUSTER}")
+        + ("set", f"qos={','.join(spec.qos)}", f"defaultqos={spec.default_qos}", *share),
+        f"sacctmgr modify account {spec.name} failed",
+    )
+
+
+def plan_removal(leaving, active, account=ACCOUNT):
     """Who of ``leaving`` to remove now: those with no active job (``active``:
-    ``squeue -h -A portal -o %u`` output). Returns (the busy, a Change or None).
+    ``squeue -h -A ACCOUNT -o %u`` output). Returns (the busy, a Change or None).
 
     >>> busy, change = plan_removal(["eve", "bob"], "bob\\nbob\\n")
     >>> busy, change.argv[3:]
@@ -292,9 +603,9 @@ def plan_removal(leaving, active):
     if not gone:
         return busy, None
     return busy, Change(
-        f"removing from account {ACCOUNT}: {' '.join(gone)}",
+        f"removing from account {account}: {' '.join(gone)}",
         (*SACCTMGR, "remove", "user", "where", f"name={','.join(gone)}")
-        + (f"account={ACCOUNT}", f"cluster={CLUSTER}"),
+        + (f"account={account}", f"cluster={CLUSTER}"),
         "sacctmgr remove user failed (a job started meanwhile?); the next sync tries again",
         fatal=False,
     )

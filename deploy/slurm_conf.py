@@ -10,7 +10,11 @@ The cluster: a login node (this host: munge, MariaDB, slurmdbd, slurmctld) and
 namespace of its own (its own address on a bridge of this host, its own
 hostname, its own slurmd and GPU device files), each advertising the
 ``[cluster]`` node settings (cores, memory, GPUs) whatever the machine really
-has. With ``nodes = 0``, this host is the only node, at 127.0.0.1.
+has, or its own (``[cluster.node_shapes.NODE]``: a GPU model as typed GRES,
+features, its own counts: :class:`NodeShape`), in the partitions of
+``[[cluster.partitions]]`` (:class:`PartitionSpec`). With ``nodes = 0``, this
+host is the only node, at 127.0.0.1, with untyped GPUs, in ``[slurm]
+partition`` alone.
 
 The network: the bridge ``[cluster] bridge`` holds NETWORK.1 (this host, where
 slurmctld and the hub's API listen for the nodes); node nI is NETWORK.(I+1).
@@ -46,11 +50,11 @@ the devices cgroup (ConstrainDevices) is what keeps a job to its own.
 import re
 import shlex
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .slurm_accounts import CLUSTER, QOS, SetupError
+from .slurm_accounts import CLUSTER, QOS, SetupError, check_table, slurm_name
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "slurm"
 
@@ -106,6 +110,42 @@ HOSTS_END = "# END portal embedded cluster"
 
 
 @dataclass(frozen=True)
+class NodeShape:
+    """One compute node as slurm.conf and gres.conf declare it."""
+
+    name: str
+    addr: str
+    cpus: int
+    mem_mb: int
+    gpus: int
+    gpu_type: str = ""  # "": untyped GPUs (gres gpu:N)
+    features: tuple = ()
+
+    @property
+    def gres(self):
+        """The node's GRES as slurm.conf names it (and sinfo shows it), "" for none.
+
+        >>> NodeShape("n1", "10.0.0.2", 32, 1024, 4, "v100-sxm2").gres
+        'gpu:v100-sxm2:4'
+        >>> NodeShape("n1", "10.0.0.2", 32, 1024, 2).gres, NodeShape("n1", "x", 8, 8, 0).gres
+        ('gpu:2', '')
+        """
+        if self.gpus <= 0:
+            return ""
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One partition of ``[[cluster.partitions]]``."""
+
+    name: str
+    nodes: tuple
+    deny_qos: tuple = ()
+    cpu_only: bool = False
+
+
+@dataclass(frozen=True)
 class Cluster:
     """What the configuration is rendered from: ``[cluster]``, ``[slurm]`` and the host."""
 
@@ -118,11 +158,15 @@ class Cluster:
     gpus: int
     partition: str
     max_time: str
+    shapes: dict = field(default_factory=dict)  # node name: its [cluster.node_shapes] table
+    partitions: tuple = ()  # PartitionSpec; none: [slurm] partition over every node
+    cpu_qos: str = ""
 
     @classmethod
     def from_settings(cls, settings, login):
         c = settings["cluster"]
-        return cls(
+        partition = settings["slurm"]["partition"]
+        cluster = cls(
             login=login,
             nodes=c["nodes"],
             network=c["network"],
@@ -130,9 +174,15 @@ class Cluster:
             cpus=c["node_cpus"],
             mem_mb=c["node_mem_mb"],
             gpus=c["node_gpus"],
-            partition=settings["slurm"]["partition"],
+            partition=partition,
             max_time=c["max_time"],
+            shapes=c["node_shapes"],
+            partitions=partition_specs(c["partitions"], partition) if c["nodes"] > 0 else (),
+            cpu_qos=c["cpu_qos"],
         )
+        cluster.node_shapes()  # refuses a shape it cannot use
+        cluster.partition_nodes()
+        return cluster
 
     @property
     def host_addr(self):
@@ -152,6 +202,53 @@ class Cluster:
             return {f"n{i}": f"{self.network}.{i + 1}" for i in range(1, self.nodes + 1)}
         return {self.login: "127.0.0.1"}
 
+    def node_shapes(self):
+        """Each node with its own counts, GPU model and features (those of
+        ``[cluster.node_shapes]``, else the ``node_*`` settings). A single
+        host takes the ``node_*`` settings alone.
+
+        >>> c = Cluster("vm", 2, "10.0.0", "br0", 32, 1024, 4, "gpu", "1:00:00",
+        ...             {"n2": {"gpu_type": "v100-pcie", "gpus": 2, "features": ["pcie"]}})
+        >>> [(s.name, s.gres, s.features) for s in c.node_shapes()]
+        [('n1', 'gpu:4', ()), ('n2', 'gpu:v100-pcie:2', ('pcie',))]
+        """
+        addrs = self.node_addrs()
+        shapes = self.shapes if self.nodes > 0 else {}
+        unknown = sorted(set(shapes) - set(addrs))
+        if unknown:
+            raise SetupError(
+                f"[cluster.node_shapes.{unknown[0]}]: no such node with nodes = {self.nodes}"
+                f" (n1 to n{self.nodes}); remove it or raise [cluster] nodes"
+            )
+        return [node_shape(name, addr, shapes.get(name, {}), self) for name, addr in addrs.items()]
+
+    def partition_nodes(self):
+        """``[(PartitionSpec, its nodes as slurm.conf names them)]``: those of
+        ``[[cluster.partitions]]``, or, for a single host or none listed,
+        ``[slurm] partition`` over every node ("ALL")."""
+        if self.nodes <= 0 or not self.partitions:
+            return [(PartitionSpec(self.partition, ()), "ALL")]
+        addrs = self.node_addrs()
+        for spec in self.partitions:
+            missing = [n for n in spec.nodes if n not in addrs]
+            if missing:
+                raise SetupError(
+                    f"[[cluster.partitions]] {spec.name}: node {missing[0]} is not one of"
+                    f" n1 to n{self.nodes} ([cluster] nodes = {self.nodes})"
+                )
+        return [(spec, ",".join(spec.nodes)) for spec in self.partitions]
+
+    def gpu_types(self):
+        """The GPU models of the nodes, in the order they first appear.
+
+        >>> c = Cluster("vm", 3, "10.0.0", "br0", 32, 1024, 4, "gpu", "1:00:00",
+        ...             {n: {"gpu_type": t} for n, t in (("n1", "b"), ("n2", "a"), ("n3", "b"))})
+        >>> c.gpu_types()
+        ['b', 'a']
+        """
+        types = [s.gpu_type for s in self.node_shapes() if s.gpu_type and s.gpus > 0]
+        return list(dict.fromkeys(types))
+
     @property
     def ctld_host(self):
         """slurmctld on this host, reached by the nodes at the bridge's address."""
@@ -161,6 +258,68 @@ class Cluster:
     def login_addr(self):
         """This host as the nodes reach it (localhost there is the node's own)."""
         return self.host_addr if self.nodes > 0 else "localhost"
+
+
+SHAPE_KEYS = {"gpu_type": str, "gpus": int, "cpus": int, "mem_mb": int, "features": list}
+PARTITION_KEYS = {"name": str, "nodes": list, "deny_qos": list, "cpu_only": bool}
+
+
+def node_shape(name, addr, table, cluster):
+    """The :class:`NodeShape` of node ``name`` from its
+    ``[cluster.node_shapes.NAME]`` table (possibly empty) and the defaults."""
+    where = f"[cluster.node_shapes.{name}]"
+    check_table(where, table, SHAPE_KEYS)
+    shape = NodeShape(
+        name=name,
+        addr=addr,
+        cpus=table.get("cpus", cluster.cpus),
+        mem_mb=table.get("mem_mb", cluster.mem_mb),
+        gpus=table.get("gpus", cluster.gpus),
+        gpu_type=slurm_name(f"{where} gpu_type", table["gpu_type"]) if "gpu_type" in table else "",
+        features=tuple(slurm_name(f"{where} features", f) for f in table.get("features", ())),
+    )
+    if shape.cpus < 1 or shape.mem_mb < 1 or shape.gpus < 0:
+        raise SetupError(f"{where}: cpus and mem_mb must be 1 or more, gpus 0 or more")
+    return shape
+
+
+def partition_specs(tables, default):
+    """``[[cluster.partitions]]`` as :class:`PartitionSpec` s; the one named
+    ``default`` ([slurm] partition) must be among them.
+
+    >>> [p.name for p in partition_specs([{"name": "gpu", "nodes": ["n1"]}], "gpu")]
+    ['gpu']
+    >>> partition_specs([{"name": "cpu", "nodes": ["n1"]}], "gpu")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    deploy.slurm_accounts.SetupError: [slurm] partition = 'gpu' is none of ... (cpu): add it ...
+    """
+    specs = []
+    for table in tables:
+        check_table("[[cluster.partitions]]", table, PARTITION_KEYS, ("name", "nodes"))
+        name = slurm_name("[[cluster.partitions]] name", table["name"])
+        where = f"[[cluster.partitions]] {name}"
+        if not table["nodes"]:
+            raise SetupError(f"{where}: nodes is empty; name one node at least")
+        specs.append(
+            PartitionSpec(
+                name=name,
+                nodes=tuple(slurm_name(f"{where} nodes", n) for n in table["nodes"]),
+                deny_qos=tuple(
+                    slurm_name(f"{where} deny_qos", q) for q in table.get("deny_qos", ())
+                ),
+                cpu_only=table.get("cpu_only", False),
+            )
+        )
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise SetupError(f"[[cluster.partitions]]: a partition is named twice ({', '.join(names)})")
+    if specs and default not in names:
+        raise SetupError(
+            f"[slurm] partition = {default!r} is none of [[cluster.partitions]]"
+            f" ({', '.join(names)}): add it there, or name one of them"
+        )
+    return tuple(specs)
 
 
 def check_cluster(c):
@@ -209,14 +368,62 @@ def config_file(name, **values):
     return f"{MARKER}\n{template(name, **values)}".rstrip("\n") + "\n"
 
 
-def slurm_conf(cluster):
-    gres = f" Gres=gpu:{cluster.gpus}" if cluster.gpus > 0 else ""
-    node_lines = [
-        f"NodeName={node} NodeAddr={addr} CPUs={cluster.cpus} Sockets=1"
-        f" CoresPerSocket={cluster.cpus} ThreadsPerCore=1 RealMemory={cluster.mem_mb}{gres}"
+def node_line(shape):
+    """The node's slurm.conf line.
+
+    >>> print(node_line(NodeShape("n3", "10.0.0.4", 16, 98304, 2, "v100-sxm2", ("v100", "nv"))))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    NodeName=n3 NodeAddr=10.0.0.4 CPUs=16 Sockets=1 CoresPerSocket=16 ThreadsPerCore=1
+    RealMemory=98304 Gres=gpu:v100-sxm2:2 Features=v100,nv State=UNKNOWN
+    """
+    gres = f" Gres={shape.gres}" if shape.gres else ""
+    features = f" Features={','.join(shape.features)}" if shape.features else ""
+    return (
+        f"NodeName={shape.name} NodeAddr={shape.addr} CPUs={shape.cpus} Sockets=1"
+        f" CoresPerSocket={shape.cpus} ThreadsPerCore=1 RealMemory={shape.mem_mb}{gres}{features}"
         " State=UNKNOWN"
-        for node, addr in cluster.node_addrs().items()
-    ]
+    )
+
+
+def partition_line(spec, nodes, cluster):
+    """The partition's slurm.conf line: the default one is [slurm] partition;
+    a cpu_only one runs every job under the partition QOS cpu_qos, the
+    others deny cpu_qos (and their deny_qos).
+
+    >>> c = Cluster("vm", 2, "10.0.0", "br0", 32, 1024, 4, "gpu", "1:00:00", cpu_qos="cpu")
+    >>> partition_line(PartitionSpec("gpu", ("n1", "n2")), "n1,n2", c)[:52]
+    'PartitionName=gpu Nodes=n1,n2 Default=YES MaxTime=1:'
+    >>> partition_line(PartitionSpec("gpu", ("n1", "n2")), "n1,n2", c)[52:]
+    '00:00 State=UP OverSubscribe=NO DenyQos=cpu'
+    >>> partition_line(PartitionSpec("pcie", ("n2",), ("nlp",)), "n2", c)
+    'PartitionName=pcie Nodes=n2 MaxTime=1:00:00 State=UP OverSubscribe=NO DenyQos=cpu,nlp'
+    >>> partition_line(PartitionSpec("cpu", ("n1",), (), True), "n1", c)
+    'PartitionName=cpu Nodes=n1 MaxTime=1:00:00 State=UP OverSubscribe=NO QOS=cpu'
+    """
+    default = " Default=YES" if spec.name == cluster.partition else ""
+    line = (
+        f"PartitionName={spec.name} Nodes={nodes}{default} MaxTime={cluster.max_time}"
+        " State=UP OverSubscribe=NO"
+    )
+    if spec.cpu_only and cluster.cpu_qos:
+        return f"{line} QOS={cluster.cpu_qos}"
+    denied = [q for q in (cluster.cpu_qos, *spec.deny_qos) if q]
+    return f"{line} DenyQos={','.join(dict.fromkeys(denied))}" if denied else line
+
+
+def accounting_tres(cluster):
+    """AccountingStorageTRES: every job's GPUs, and each model's.
+
+    >>> shapes = {"n1": {"gpu_type": "a"}}
+    >>> c = Cluster("vm", 2, "10.0.0", "br0", 32, 1024, 4, "gpu", "1:00:00", shapes)
+    >>> accounting_tres(c)
+    'gres/gpu,gres/gpu:a'
+    """
+    return ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in cluster.gpu_types())])
+
+
+def slurm_conf(cluster):
+    partitions = [partition_line(spec, nodes, cluster) for spec, nodes in cluster.partition_nodes()]
     return config_file(
         "slurm.conf",
         cluster=CLUSTER,
@@ -230,18 +437,30 @@ def slurm_conf(cluster):
         qos=QOS,
         login_addr=cluster.login_addr,
         dbd_port=DBD_PORT,
-        node_lines="\n".join(node_lines),
-        partition=cluster.partition,
-        max_time=cluster.max_time,
+        tres=accounting_tres(cluster),
+        node_lines="\n".join(node_line(shape) for shape in cluster.node_shapes()),
+        partition_lines="\n".join(partitions),
+    )
+
+
+def gres_line(shape):
+    """The node's gres.conf line (its device files), "" without GPUs.
+
+    >>> gres_line(NodeShape("n1", "x", 32, 1024, 4, "v100-sxm2"))
+    'NodeName=n1 Name=gpu Type=v100-sxm2 File=/dev/portal-gpu/n1/gpu[0-3]'
+    >>> gres_line(NodeShape("n1", "x", 32, 1024, 1)), gres_line(NodeShape("n1", "x", 32, 1024, 0))
+    ('NodeName=n1 Name=gpu File=/dev/portal-gpu/n1/gpu[0-0]', '')
+    """
+    if shape.gpus <= 0:
+        return ""
+    kind = f" Type={shape.gpu_type}" if shape.gpu_type else ""
+    return (
+        f"NodeName={shape.name} Name=gpu{kind} File={GPU_DEV}/{shape.name}/gpu[0-{shape.gpus - 1}]"
     )
 
 
 def gres_conf(cluster):
-    node_lines = [
-        f"NodeName={node} Name=gpu File={GPU_DEV}/{node}/gpu[0-{cluster.gpus - 1}]"
-        for node in cluster.node_addrs()
-        if cluster.gpus > 0
-    ]
+    node_lines = [line for line in map(gres_line, cluster.node_shapes()) if line]
     return config_file("gres.conf", node_lines="\n".join(node_lines))
 
 
@@ -397,14 +616,19 @@ def keep_gpu_file(name, gpus):
     return index.isascii() and index.isdigit() and int(index) < gpus
 
 
-def gres_ok(shown, gpus):
-    """``sinfo -h -N -n NODE -O Gres:40`` shows the node's ``gpus`` GPUs.
+def gres_ok(shown, gres):
+    """``sinfo -h -N -n NODE -O Gres:40`` shows the node's ``gres``
+    (:attr:`NodeShape.gres`); sinfo lists a node once per partition.
 
-    >>> gres_ok("gpu:4      \\n", 4), gres_ok("gpu:4(S:0)\\n", 4), gres_ok("gpu:2\\n", 4)
-    (True, True, False)
+    >>> [gres_ok(s, "gpu:4") for s in ("gpu:4      \\n", "gpu:4(S:0)\\n", "gpu:2\\n")]
+    [True, True, False]
+    >>> gres_ok("gpu:v100-sxm2:4(S:0)\\ngpu:v100-sxm2:4(S:0)\\n", "gpu:v100-sxm2:4")
+    True
+    >>> [gres_ok(s, "gpu:v100-sxm2:4") for s in ("gpu:v100-pcie:4(S:0)\\n", "gpu:4\\n", "")]
+    [False, False, False]
     """
-    shown = "".join(shown.split())
-    return shown == f"gpu:{gpus}" or shown.startswith(f"gpu:{gpus}(")
+    lines = [line.strip() for line in shown.split("\n") if line.strip()]
+    return bool(lines) and all(line == gres or line.startswith(f"{gres}(") for line in lines)
 
 
 def slurmd_start_time(shown):
@@ -425,14 +649,16 @@ def slurmd_start_time(shown):
         return None
 
 
-TAKES_JOBS = ("idle", "mixed", "allocated", "completing")
+# "reserved": idle in an active reservation (it takes the reservation's jobs);
+# "planned": idle, held by the backfill scheduler for a pending job.
+TAKES_JOBS = ("idle", "mixed", "allocated", "completing", "reserved", "planned")
 
 
 def node_takes_jobs(state):
     """A node in ``state`` (``sinfo -o %T``) takes jobs.
 
-    >>> [node_takes_jobs(s) for s in ("idle", "mixed", "down*", "drained", "")]
-    [True, True, False, False, False]
+    >>> [node_takes_jobs(s) for s in ("idle", "mixed", "reserved", "down*", "drained", "")]
+    [True, True, True, False, False, False]
     """
     return state in TAKES_JOBS
 

@@ -28,22 +28,28 @@ import time
 from pathlib import Path
 
 from portal.settings import SettingsError, load
+from portal.slurm.parse import expand_hostlist
 
 from .base import logger, replace_file
 from .slurm_accounts import (
-    ACCOUNT,
     CLUSTER,
-    QOS,
+    QOS_FORMAT,
     SetupError,
     group_members,
     hub_uid_invalid,
+    lab_accounts,
+    parse_reservations,
     plan_admin_level,
     plan_qos,
+    plan_qos_names,
     plan_registration,
     plan_removal,
+    plan_reservation,
     plan_users,
+    portal_account,
     portal_groups,
-    qos_limits,
+    qos_specs,
+    reservations,
 )
 from .slurm_conf import (
     DB_PACKAGES,
@@ -178,7 +184,8 @@ def render(cluster, folder):
 def make_gpu_devices(cluster, root=GPU_DEV):
     """Each node's GPU devices, root/NODE/gpu0..N-1 (char, 195:I, 0666);
     those of nodes or GPUs no longer configured go."""
-    nodes, gpus = list(cluster.node_addrs()), cluster.gpus
+    gpus = {shape.name: shape.gpus for shape in cluster.node_shapes()}
+    nodes = list(gpus)
     for old in glob.glob(glob.escape(root) + "[0-9]*"):  # the single-host layout of old
         os.unlink(old)
     top = Path(root)
@@ -194,9 +201,9 @@ def make_gpu_devices(cluster, root=GPU_DEV):
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o755)
         for dev in folder.glob("gpu*"):
-            if not keep_gpu_file(dev.name, gpus):
+            if not keep_gpu_file(dev.name, gpus[node]):
                 dev.unlink()
-        for i in range(gpus):
+        for i in range(gpus[node]):
             dev, rdev = folder / f"gpu{i}", os.makedev(GPU_MAJOR, i)
             try:
                 st = os.stat(dev)
@@ -271,69 +278,130 @@ def update_hosts(cluster, remove=False):
 # ---------------------------------------------------------------- accounting
 
 
-def register():
-    clusters = sacctmgr_list("cluster", CLUSTER, "format=cluster") or ""
-    accounts = sacctmgr_list("account", ACCOUNT, "format=account") or ""
+def register(settings):
+    """The cluster, the accounts and the QOS names, added once; before
+    slurmctld starts, whose slurm.conf names QOS (a partition's, DenyQos)."""
+    cluster = settings["cluster"]
     runner = Runner()
-    for change in plan_registration(clusters, accounts):
+    clusters = sacctmgr_list("cluster", CLUSTER, "format=cluster") or ""
+    accounts = sacctmgr_list("account", "format=account")
+    names = sacctmgr_list("qos", "format=name")
+    if accounts is None or names is None:
+        raise SetupError("slurmdbd does not answer (sacctmgr list account, qos)")
+    wanted = [portal_account(cluster).name] + [a.name for a in lab_accounts(cluster)]
+    for change in plan_registration(clusters, accounts, wanted):
+        runner.apply(change)
+    for change in plan_qos_names(names, qos_specs(cluster)):
         runner.apply(change)
 
 
 def ensure_qos(settings, runner):
-    wall, gpus = qos_limits(settings["cluster"])
-    listing = sacctmgr_list("qos", QOS, "format=name,maxwall,maxtrespu,mintres,flags")
+    """Every QOS with its limits: portal, cpu_qos, the lab accounts'."""
+    listing = sacctmgr_list("qos", QOS_FORMAT)
     if listing is None:
         raise SetupError("slurmdbd does not answer (sacctmgr list qos)")
-    runner.apply(plan_qos(listing, wall, gpus))
+    for spec in qos_specs(settings["cluster"]):
+        runner.apply(plan_qos(listing, spec))
 
 
-def sync_users(settings, runner):
-    """The account's users: root, the hub's account, the members of the
-    portal's groups. Returns :data:`UNRESOLVED`, changing nothing, when a
-    group does not resolve."""
-    hub = settings["hub"]["user"]
-    members, odd = {"root", hub} - {""}, []
-    for group in portal_groups(settings["ldap"]["allowed_groups"]):
-        line = output(["getent", "group", group])
-        if line is None:
-            log(
-                f"error: group '{group}' does not resolve (nslcd and slapd up?);"
-                " associations left as they are"
-            )
-            return UNRESOLVED
-        names, others = group_members(line)
-        members.update(names)
-        odd += others
-    if odd:
-        log(f"left out, not plain user names: {' '.join(odd)}")
+class Groups:
+    """``getent group`` of each group, asked once: its plain user names, or
+    None when it does not resolve (logged, with the names left out)."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def members(self, group):
+        if group not in self.seen:
+            line = output(["getent", "group", group])
+            if line is None:
+                log(f"error: group '{group}' does not resolve (nslcd and slapd up?)")
+                self.seen[group] = None
+            else:
+                names, odd = group_members(line)
+                if odd:
+                    log(f"left out of group '{group}', not plain user names: {' '.join(odd)}")
+                self.seen[group] = names
+        return self.seen[group]
+
+
+def sync_account(spec, members, runner):
+    """The account's users = ``members``, its QOS and fairshare as ``spec``
+    says; who left is removed once their jobs in it have ended."""
     listing = sacctmgr_list(
-        "assoc", f"account={ACCOUNT}", f"cluster={CLUSTER}", "format=user,qos,defaultqos"
+        "assoc",
+        f"account={spec.name}",
+        f"cluster={CLUSTER}",
+        "format=user,qos,defaultqos,fairshare",
     )
     if listing is None:
         raise SetupError("slurmdbd does not answer (sacctmgr list assoc)")
-    plan = plan_users(members, listing)
+    plan = plan_users(members, listing, spec)
     runner.apply(plan.account)
     runner.apply(plan.add)
+    if plan.leaving:
+        active = output(["squeue", "-h", "-A", spec.name, "-o", "%u"]) or ""
+        busy, change = plan_removal(plan.leaving, active, spec.name)
+        for name in busy:
+            log(
+                f"{name} is no longer a member but has active jobs in account {spec.name}:"
+                " removed from it once they end"
+            )
+        runner.apply(change)
+
+
+def sync_users(settings, runner):
+    """The accounts' users: the account portal's are root, the hub's account
+    and the members of the portal's groups; a lab account's, root, the hub's
+    account and the members of its group. An account one of whose groups does
+    not resolve is left as it is, and :data:`UNRESOLVED` returned."""
+    cluster, hub = settings["cluster"], settings["hub"]["user"]
+    groups, rc = Groups(), 0
+    service = {"root", hub} - {""}
+    portal = [groups.members(g) for g in portal_groups(settings["ldap"]["allowed_groups"])]
+    if None in portal:
+        log("associations of account portal left as they are")
+        rc = UNRESOLVED
+    else:
+        sync_account(portal_account(cluster), service.union(*portal), runner)
     if hub:
         level = sacctmgr_list("user", hub, "format=adminlevel")
         if level is None:
             raise SetupError("slurmdbd does not answer (sacctmgr list user)")
         runner.apply(plan_admin_level(hub, level))
-    if plan.leaving:
-        active = output(["squeue", "-h", "-A", ACCOUNT, "-o", "%u"]) or ""
-        busy, change = plan_removal(plan.leaving, active)
-        for name in busy:
-            log(
-                f"{name} is not in the portal's groups but has active jobs:"
-                f" removed from {ACCOUNT} once they end"
-            )
-        runner.apply(change)
-    return 0
+    for spec in lab_accounts(cluster):
+        members = groups.members(spec.group)
+        if members is None:
+            log(f"associations of account {spec.name} left as they are")
+            rc = UNRESOLVED
+            continue
+        sync_account(spec, service.union(members), runner)
+    return rc
+
+
+def sync_reservations(settings, runner):
+    """Each reservation for the members of its group (slurmctld up). Returns
+    :data:`UNRESOLVED` when a group does not resolve (that one left as it is)."""
+    specs = reservations(settings["cluster"])
+    if not specs:
+        return 0
+    shown = output(["scontrol", "-o", "show", "reservation"], timeout=10)
+    if shown is None:
+        raise SetupError("slurmctld does not answer (scontrol show reservation)")
+    groups, rc = Groups(), 0
+    for spec in specs:
+        members = groups.members(spec.group)
+        if members is None:
+            log(f"reservation {spec.name} left as it is")
+            rc = UNRESOLVED
+            continue
+        runner.apply(plan_reservation(parse_reservations(shown), spec, members, expand_hostlist))
+    return rc
 
 
 def ensure_limits(settings, script):
-    """The QOS, then the account's users. A group that does not resolve
-    leaves the users as they were, and Slurm up."""
+    """The QOS, then the accounts' users. A group that does not resolve
+    leaves those users as they were, and Slurm up."""
     ensure_qos(settings, Runner())
     if sync_users(settings, Runner()) == UNRESOLVED:
         log(
@@ -343,13 +411,15 @@ def ensure_limits(settings, script):
 
 
 def check_gres(cluster):
-    """Each node shows the GPUs it is configured with."""
-    for node in cluster.node_addrs() if cluster.gpus > 0 else ():
-        shown = output(["sinfo", "-h", "-N", "-n", node, "-O", "Gres:40"]) or ""
-        if not gres_ok(shown, cluster.gpus):
+    """Each node shows the GPUs (of the model) it is configured with."""
+    for shape in cluster.node_shapes():
+        if not shape.gres:
+            continue
+        shown = output(["sinfo", "-h", "-N", "-n", shape.name, "-O", "Gres:40"]) or ""
+        if not gres_ok(shown, shape.gres):
             raise SetupError(
-                f"node {node} shows gres '{''.join(shown.split())}', expected gpu:{cluster.gpus}"
-                f" (see {LOG_DIR}/slurmd-{node}.log)"
+                f"node {shape.name} shows gres '{' '.join(shown.split())}', expected {shape.gres}"
+                f" (see {LOG_DIR}/slurmd-{shape.name}.log)"
             )
 
 
@@ -416,7 +486,7 @@ def parser():
         ("layout", "the daemons' folders and the munge key, owners and modes"),
         ("write-config", "write the files that differ; print SLURM DBD DB, 1 if changed"),
         ("db-sql", "the SQL of the database and its user, for mariadb's stdin"),
-        ("register", "the cluster and the account in slurmdbd, once"),
+        ("register", "the cluster, the accounts and the QOS names in slurmdbd, once"),
         ("check-gres", "each node shows the GPUs it is configured with"),
         ("hub-uid", "scontrol reconfigure if slurmctld holds the hub with no uid"),
     ]:
@@ -428,8 +498,16 @@ def parser():
     cmd = sub.add_parser("ensure-limits", help="ensure-qos, then sync-users")
     cmd.add_argument("--script", default="deploy/slurm.sh", help="named in a warning")
     for name, text in [
-        ("ensure-qos", "the QOS portal with the [cluster] qos_max_* limits"),
-        ("sync-users", "the account's users; exit 3 if a group does not resolve"),
+        ("ensure-qos", "every QOS with the [cluster] qos_max_* limits"),
+        (
+            "sync-users",
+            "the accounts' users, then the reservations'; exit 3 if a group does not resolve",
+        ),
+        (
+            "reservations",
+            "each [[cluster.reservations]] for its group's members (slurmctld"
+            " up); exit 3 if a group does not resolve",
+        ),
     ]:
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -448,7 +526,8 @@ def run(args, settings):
             print(shell_facts(cluster))
         case "check":
             check_cluster(settings["cluster"])
-            qos_limits(settings["cluster"])
+            qos_specs(settings["cluster"])
+            reservations(settings["cluster"])
         case "gpu-devices":
             make_gpu_devices(cluster)
         case "layout":
@@ -462,11 +541,14 @@ def run(args, settings):
         case "db-sql":
             print(db_init_sql(db_password()), end="")
         case "register":
-            register()
+            register(settings)
         case "ensure-qos":
             ensure_qos(settings, Runner(args.dry_run))
         case "sync-users":
-            return sync_users(settings, Runner(args.dry_run))
+            rc = sync_users(settings, Runner(args.dry_run))
+            return sync_reservations(settings, Runner(args.dry_run)) or rc
+        case "reservations":
+            return sync_reservations(settings, Runner(args.dry_run))
         case "ensure-limits":
             ensure_limits(settings, args.script)
         case "nodes-ready":

@@ -57,9 +57,11 @@ def test_admin_edits_a_profile_and_sees_the_history(page, browser, browser_login
 def test_the_cluster_page(page, browser_login, hub, shot):
     browser_login(page, "bob")
     page.click("#nav-cluster")
-    for node in subprocess.run(
-        ["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True
-    ).stdout.split():
-        expect(page.locator(".partition")).to_contain_text(node)
+    # each partition's table lists each of its nodes (a node is in several)
+    for line in subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%R %N"], capture_output=True, text=True, check=True
+    ).stdout.splitlines():
+        partition, node = line.split()
+        expect(page.locator(f'.partition[data-partition="{partition}"]')).to_contain_text(node)
     expect(page.locator("#sessions")).to_have_count(0)
     shot(page, "cluster-page")

@@ -10,11 +10,17 @@ import time
 
 import pytest
 
+from deploy.slurm_conf import Cluster
 from portal import settings as site_settings
 from tests.support.jobs import scontrol_job, user_jobs
 from tests.support.testhub import deploy
 
 CLUSTER = site_settings.load()["cluster"]
+# Each node as deploy/slurm.sh declares it: its GRES (gpu:MODEL:N) and GPUs
+SHAPES = {
+    shape.name: shape
+    for shape in Cluster.from_settings(site_settings.load(), socket.gethostname()).node_shapes()
+}
 SCHEME = "https" if site_settings.load()["tls"]["internal"] else "http"  # inside the cluster
 pytestmark = pytest.mark.skipif(
     CLUSTER["nodes"] < 2, reason="[cluster] nodes < 2: the embedded cluster is this host alone"
@@ -22,7 +28,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def sinfo_nodes():
-    """``{node: (gres, state)}`` of every node, as sinfo lists them."""
+    """``{node: (gres, state)}`` of every node, as sinfo lists them (once a
+    partition: the same each time)."""
     out = subprocess.run(
         ["sinfo", "-h", "-N", "-O", "NodeList:20,Gres:30,StateLong:20"],
         capture_output=True, text=True, check=True,
@@ -52,7 +59,7 @@ def test_compute_nodes_are_apart_from_the_login_node(cluster):
     assert login not in nodes
     assert len(nodes) == CLUSTER["nodes"] >= 2
     for node, (gres, _state) in nodes.items():
-        assert gres == f"gpu:{CLUSTER['node_gpus']}", (node, gres)
+        assert gres == SHAPES[node].gres, (node, gres)
         pid = slurmd_pid(node)
         # its own network and hostname; its address is its node name's
         assert namespace(pid, "net") != namespace(os.getpid(), "net"), node
@@ -67,7 +74,7 @@ def test_compute_nodes_are_apart_from_the_login_node(cluster):
             assert r.returncode == 0, (node, command, r.stderr)
         # each node has its own GPU device files
         assert sorted(os.listdir(f"/dev/portal-gpu/{node}")) == [
-            f"gpu{i}" for i in range(CLUSTER["node_gpus"])
+            f"gpu{i}" for i in range(SHAPES[node].gpus)
         ]
 
 

@@ -128,7 +128,7 @@ def test_nslcd_uses_starttls_and_checks_the_certificate(cluster):
     tls = {"ssl start_tls", "tls_reqcert demand", f"tls_cacertfile {SITE['tls']['ca_cert']}"}
     assert tls <= lines
     # and resolves through it
-    assert groups_of("alice").split() == ["portal-users", "vision"]
+    assert groups_of("alice").split() == ["portal-users", "vision", "lab-vision"]
 
 
 def groups_of(user):

@@ -10,6 +10,9 @@ import pytest
 from portal import settings
 from tests.support.testhub import deploy
 
+# The account portal's QOS (its users inherit them): portal, its default, and
+# the CPU sessions' [cluster] cpu_qos, as sacctmgr lists them.
+PORTAL_QOS = ",".join(sorted({"portal", settings.load()["cluster"]["cpu_qos"]} - {""}))
 # A name of our own: the jobs of this file, and only them, are looked for and
 # cancelled, whatever else runs on the cluster meanwhile.
 JOB_NAME = f"portal-limits-{uuid.uuid4().hex[:8]}"
@@ -108,14 +111,14 @@ def test_sync_users_removes_who_is_not_a_member(cluster):
         check=True, capture_output=True,
     )  # fmt: skip
     try:
-        assert association("eve") == "eve|portal"
+        assert association("eve") == f"eve|{PORTAL_QOS}"
         r = deploy("slurm.sh", "sync-users", check=False)
         assert r.returncode == 0, r.stderr
         assert "removing from account portal: eve" in r.stderr
         assert association("eve") == ""
         hub_user = settings.load()["hub"].get("user")  # its sbatch --test-only
         for member in ("alice", "bob", "carol", "root", hub_user or "root"):
-            assert association(member) == f"{member}|portal"
+            assert association(member) == f"{member}|{PORTAL_QOS}"
         r = deploy("slurm.sh", "sync-users", check=False)  # nothing to do for eve now
         assert r.returncode == 0, r.stderr
         assert "eve" not in r.stderr

@@ -4,6 +4,7 @@ the test hub's job name only, so another hub's jobs are left alone."""
 import subprocess
 import time
 
+from portal import settings as site_settings
 from tests.support.testhub import JOB_NAME
 
 
@@ -58,6 +59,7 @@ def partition_nodes(partition):
 
 
 FILLER = f"{JOB_NAME}-filler"
+PARTITION = site_settings.load()["slurm"]["partition"]  # where the fillers run
 
 
 def occupy_all_nodes_but_one():
@@ -69,16 +71,17 @@ def occupy_all_nodes_but_one():
 
 
 def occupy_nodes(leave_free=0):
-    """Take every free GPU of every compute node but the first ``leave_free``
-    with a job of root's, one a node (root's jobs are held to no QOS limit;
-    a GPU another job holds stays held). Returns ``(first node,
-    total_gpus)``; cancel with ``release_nodes()``."""
+    """Take every free GPU of every compute node of the default partition
+    ([slurm] partition, the profiles') but the first ``leave_free`` with a
+    job of root's, one a node (root's jobs are held to no QOS limit; a GPU
+    another job holds stays held). Returns ``(first node, total_gpus)`` of
+    that partition; cancel with ``release_nodes()``."""
     out = subprocess.run(
-        ["sinfo", "-h", "-N", "-O", "NodeList:24,Gres:40,GresUsed:60"],
+        ["sinfo", "-h", "-N", "-p", PARTITION, "-O", "NodeList:24,Gres:40,GresUsed:60"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
 
-    def count(gres):  # "gpu:4", "gpu:1(IDX:0)"
+    def count(gres):  # "gpu:4", "gpu:v100-sxm2:1(IDX:0)"
         return int(gres.split("(")[0].split(":")[-1])
 
     rows = [line.split() for line in out.splitlines()]
@@ -89,7 +92,7 @@ def occupy_nodes(leave_free=0):
         if not gpus:
             continue
         subprocess.run(
-            ["sbatch", "-J", FILLER, "-w", name, f"--gres=gpu:{gpus}", "-t", "30",
+            ["sbatch", "-J", FILLER, "-p", PARTITION, "-w", name, f"--gres=gpu:{gpus}", "-t", "30",
              "-o", "/dev/null", "--wrap", "sleep 1800"],
             check=True, capture_output=True,
         )  # fmt: skip

@@ -131,9 +131,10 @@ def test_the_accounts_say_who_is_admin_and_in_which_groups():
         "password": "pc",
         "admin": True,
         "uid": 20003,
-        "groups": ["portal-users", "portal-admins"],
+        "groups": ["portal-users", "portal-admins", "lab-vision", "lab-nlp"],
     }
-    assert accounts["alice"]["groups"] == ["portal-users", "vision"]
+    assert accounts["alice"]["groups"] == ["portal-users", "vision", "lab-vision"]
+    assert accounts["bob"]["groups"] == ["portal-users", "lab-nlp"]
     assert not accounts["alice"]["admin"]
     assert accounts["eve"]["groups"] == []
 
@@ -157,10 +158,15 @@ def test_an_older_directory_gets_guests_and_eve_moves_to_it():
     assert moved == [("eve", 20100)]
     changes = entries(ldif)
     assert list(changes) == [
+        "cn=lab-vision,ou=groups,dc=portal,dc=example",
+        "cn=lab-nlp,ou=groups,dc=portal,dc=example",
         "cn=guests,ou=groups,dc=portal,dc=example",
         f"uid=eve,{PEOPLE}",
     ]
     assert ("changetype", "add") in changes["cn=guests,ou=groups,dc=portal,dc=example"]
+    lab = changes["cn=lab-nlp,ou=groups,dc=portal,dc=example"]
+    assert ("changetype", "add") in lab and ("gidNumber", "20040") in lab
+    assert [v for a, v in lab if a == "memberUid"] == ["bob", "carol"]
     assert changes[f"uid=eve,{PEOPLE}"][-1] == ("gidNumber", "20100")
 
 
@@ -168,7 +174,8 @@ def test_demo_users_without_a_mail_get_theirs_in_the_same_change():
     """A directory loaded before [mail]: each demo user gets NAME@domain;
     eve, still in the old group, moves and gets hers in one modify."""
     older = {f"uid={u},{PEOPLE}": {"gidNumber": "20000"} for u in ("alice", "eve")}
-    for group, gid in (("portal-users", "20000"), ("guests", "20100")):
+    for group, gid in (("portal-users", "20000"), ("guests", "20100"), ("lab-vision", "20030"),
+                       ("lab-nlp", "20040")):  # fmt: skip
         older[f"cn={group},ou=groups,dc=portal,dc=example"] = {"gidNumber": gid}
     ldif, moved = migration(LAYOUT, older.get)
     assert moved == [("eve", 20100)]
@@ -186,6 +193,8 @@ def test_a_migrated_directory_or_an_admins_change_is_left_alone():
     now = {
         "cn=guests,ou=groups,dc=portal,dc=example": {"gidNumber": "20100"},
         "cn=portal-users,ou=groups,dc=portal,dc=example": {"gidNumber": "20000"},
+        "cn=lab-vision,ou=groups,dc=portal,dc=example": {"gidNumber": "20030"},
+        "cn=lab-nlp,ou=groups,dc=portal,dc=example": {"gidNumber": "20040"},
         f"uid=eve,{PEOPLE}": {"gidNumber": "20100", **mail},
         f"uid=bob,{PEOPLE}": {"gidNumber": "20020", **mail},  # an admin's choice
     }

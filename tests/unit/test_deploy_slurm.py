@@ -11,17 +11,27 @@ import pytest
 
 from deploy import slurm_accounts, slurm_conf, slurm_setup
 from deploy.slurm_accounts import (
+    AccountSpec,
+    QosSpec,
+    ReservationSpec,
     SetupError,
     group_members,
     hub_uid_invalid,
+    lab_accounts,
     parse_list,
+    parse_reservations,
     plan_admin_level,
     plan_qos,
+    plan_qos_names,
     plan_registration,
     plan_removal,
+    plan_reservation,
     plan_users,
+    portal_account,
     portal_groups,
     qos_limits,
+    qos_specs,
+    reservations,
     slurm_time,
 )
 from deploy.slurm_conf import (
@@ -35,10 +45,15 @@ from deploy.slurm_conf import (
     shell_facts,
 )
 from portal import settings as portal_settings
+from portal.slurm.parse import expand_hostlist
 
-QOS_OK = "portal|1-00:00:00|gres/gpu=4|gres/gpu=1|DenyOnLimit\n"
+# sacctmgr list qos format=name,maxwall,maxtrespu,maxtres,mintres,flags
+QOS_OK = "portal|1-00:00:00|gres/gpu=4||gres/gpu=1|DenyOnLimit\n"
+PORTAL_QOS = QosSpec("portal", "1-00:00:00", "gres/gpu=4", "", "gres/gpu=1")
 # sacctmgr list assoc: the account's own association, then its users'
 ASSOC = "".join(f"{user}|portal|portal\n" for user in ("", "alice", "bob", "portal", "root"))
+# a shape with no node_shapes and no partitions: every node the same, one partition
+PLAIN = {"node_shapes": {}, "partitions": []}
 
 
 @pytest.fixture
@@ -61,7 +76,7 @@ def test_doctests(module):
 
 
 def test_slurm_conf_names_the_nodes_on_the_bridge(settings):
-    text = slurm_conf.slurm_conf(cluster(settings, nodes=2, network="10.9.8"))
+    text = slurm_conf.slurm_conf(cluster(settings, nodes=2, network="10.9.8", **PLAIN))
     lines = text.splitlines()
     assert lines[0] == MARKER
     assert "SlurmctldHost=login(10.9.8.1)" in lines
@@ -71,8 +86,86 @@ def test_slurm_conf_names_the_nodes_on_the_bridge(settings):
         "NodeName=n2 NodeAddr=10.9.8.3 CPUs=32 Sockets=1 CoresPerSocket=32 ThreadsPerCore=1"
         " RealMemory=196608 Gres=gpu:4 State=UNKNOWN"
     ) in lines
-    assert lines[-1].startswith("PartitionName=gpu Nodes=ALL Default=YES MaxTime=7-00:00:00")
-    assert text.endswith("OverSubscribe=NO\n")
+    assert lines[-1] == (
+        "PartitionName=gpu Nodes=ALL Default=YES MaxTime=7-00:00:00 State=UP OverSubscribe=NO"
+        " DenyQos=cpu"
+    )
+
+
+def test_the_demo_has_two_gpu_models_features_and_four_partitions(settings):
+    """The shape of portal.toml: typed GRES, each model's TRES accounted,
+    features, n3 smaller; gpu (the default) over n1 and n2, sxm2, pcie
+    (denying the lab QOS nlp) and cpu (whose QOS allows no GPU); the other
+    partitions deny the QOS cpu."""
+    c = Cluster.from_settings(settings, "login")
+    lines = slurm_conf.slurm_conf(c).splitlines()
+    assert "AccountingStorageTRES=gres/gpu,gres/gpu:v100-sxm2,gres/gpu:v100-pcie" in lines
+    assert "PriorityType=priority/multifactor" in lines
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    assert nodes == [
+        "NodeName=n1 NodeAddr=10.200.0.2 CPUs=32 Sockets=1 CoresPerSocket=32 ThreadsPerCore=1"
+        " RealMemory=196608 Gres=gpu:v100-sxm2:4 Features=v100,sxm2,nvlink State=UNKNOWN",
+        "NodeName=n2 NodeAddr=10.200.0.3 CPUs=32 Sockets=1 CoresPerSocket=32 ThreadsPerCore=1"
+        " RealMemory=196608 Gres=gpu:v100-pcie:4 Features=v100,pcie State=UNKNOWN",
+        "NodeName=n3 NodeAddr=10.200.0.4 CPUs=16 Sockets=1 CoresPerSocket=16 ThreadsPerCore=1"
+        " RealMemory=98304 Gres=gpu:v100-sxm2:2 Features=v100,sxm2,course State=UNKNOWN",
+    ]
+    tail = " MaxTime=7-00:00:00 State=UP OverSubscribe=NO"
+    assert [line for line in lines if line.startswith("PartitionName=")] == [
+        f"PartitionName=gpu Nodes=n1,n2 Default=YES{tail} DenyQos=cpu",
+        f"PartitionName=sxm2 Nodes=n1,n3{tail} DenyQos=cpu",
+        f"PartitionName=pcie Nodes=n2{tail} DenyQos=cpu,nlp",
+        f"PartitionName=cpu Nodes=n1,n2{tail} QOS=cpu",
+    ]
+    assert slurm_conf.gres_conf(c).splitlines()[1:] == [
+        "NodeName=n1 Name=gpu Type=v100-sxm2 File=/dev/portal-gpu/n1/gpu[0-3]",
+        "NodeName=n2 Name=gpu Type=v100-pcie File=/dev/portal-gpu/n2/gpu[0-3]",
+        "NodeName=n3 Name=gpu Type=v100-sxm2 File=/dev/portal-gpu/n3/gpu[0-1]",
+    ]
+
+
+def test_a_bigger_node_setting_grows_the_nodes_without_a_count_of_their_own(settings):
+    """The bench's big node ([cluster] node_gpus and node_cpus raised in a
+    site file) grows n1 and n2, of partition gpu; n3 keeps its 2 GPUs."""
+    c = cluster(settings, node_gpus=24, node_cpus=56)
+    assert [(s.name, s.gres, s.cpus) for s in c.node_shapes()] == [
+        ("n1", "gpu:v100-sxm2:24", 56),
+        ("n2", "gpu:v100-pcie:24", 56),
+        ("n3", "gpu:v100-sxm2:2", 16),
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"nodes": 2}, r"\[cluster.node_shapes.n3\]: no such node with nodes = 2"),
+        ({"node_shapes": {"n1": {"gpu_type": "v100 sxm2"}}}, "use letters, digits"),
+        ({"node_shapes": {"n1": {"gpus": "4"}}}, "gpus must be int, got '4'"),
+        ({"node_shapes": {"n1": {"features": "v100"}}}, "features must be list"),
+        ({"node_shapes": {"n1": {"model": "a100"}}}, "unknown key 'model'"),
+        ({"node_shapes": {"n1": {"cpus": 0}}}, "cpus and mem_mb must be 1 or more"),
+        (
+            {"partitions": [{"name": "gpu", "nodes": ["n1", "n9"]}]},
+            "node n9 is not one of n1 to n3",
+        ),
+        ({"partitions": [{"name": "cpu", "nodes": ["n1"]}]}, "partition = 'gpu' is none of"),
+        ({"partitions": [{"name": "gpu", "nodes": []}]}, "nodes is empty"),
+        ({"partitions": [{"name": "gpu"}]}, "nodes is missing"),
+        ({"partitions": [{"name": "gpu", "nodes": ["n1"], "deny_qos": ["-x"]}]}, "use letters"),
+        ({"partitions": [{"name": "gpu", "nodes": ["n1"]}] * 2}, "named twice"),
+    ],
+)
+def test_a_shape_that_cannot_be_built_is_refused_naming_the_setting(settings, changes, message):
+    settings["cluster"].update(changes)
+    with pytest.raises(SetupError, match=message):
+        Cluster.from_settings(settings, "login")
+
+
+def test_a_single_host_takes_no_shape(settings):
+    """nodes = 0: this host alone, node_gpus untyped, [slurm] partition over it."""
+    c = cluster(settings, nodes=0)
+    assert [(s.name, s.gres, s.features) for s in c.node_shapes()] == [("login", "gpu:4", ())]
+    assert slurm_conf.slurm_conf(c).splitlines()[-1].startswith("PartitionName=gpu Nodes=ALL ")
 
 
 def test_a_single_host_is_its_own_node_without_gpus(settings):
@@ -108,7 +201,7 @@ def test_every_file_is_marked_and_fully_rendered(settings):
 
 
 def test_gres_conf_lists_each_nodes_devices(settings):
-    text = slurm_conf.gres_conf(cluster(settings, nodes=2, node_gpus=2))
+    text = slurm_conf.gres_conf(cluster(settings, nodes=2, node_gpus=2, **PLAIN))
     assert text.splitlines()[1:] == [
         "NodeName=n1 Name=gpu File=/dev/portal-gpu/n1/gpu[0-1]",
         "NodeName=n2 Name=gpu File=/dev/portal-gpu/n2/gpu[0-1]",
@@ -140,7 +233,7 @@ def test_a_single_host_needs_no_network(settings):
 
 
 def test_shell_facts_evaluate_in_bash(settings):
-    facts = shell_facts(cluster(settings, nodes=2))
+    facts = shell_facts(cluster(settings, nodes=2, **PLAIN))
     out = subprocess.run(
         ["bash", "-c", 'eval "$1"; echo "$CTLD_PID ${NODE_NAMES[*]} ${NODE_ADDR[n2]} $NODES"', "-"]
         + [facts],
@@ -223,14 +316,16 @@ def test_qos_limits_refuse(wall, gpus, message):
 
 
 def test_qos_as_configured_plans_nothing():
-    assert plan_qos(QOS_OK, "1-00:00:00", "gres/gpu=4") is None
-    # flags a site added are kept, and need no change
-    site = "portal|1-00:00:00|gres/gpu=4,cpu=8|gres/gpu=1|DenyOnLimit,NoReserve\n"
-    assert plan_qos(site, "1-00:00:00", "gres/gpu=4") is None
+    assert plan_qos(QOS_OK, PORTAL_QOS) is None
+    # flags and TRES limits a site added are kept, and need no change
+    site = "portal|1-00:00:00|gres/gpu=4,cpu=8|cpu=64|gres/gpu=1|DenyOnLimit,NoReserve\n"
+    assert plan_qos(site, PORTAL_QOS) is None
+    # one listing of every QOS serves each
+    assert plan_qos("normal|||||\n" + QOS_OK, PORTAL_QOS) is None
 
 
 def test_qos_missing_is_added():
-    change = plan_qos("", "1-00:00:00", "")
+    change = plan_qos("", QosSpec("portal", "1-00:00:00", "", "", "gres/gpu=1"))
     assert change.argv == (
         "sacctmgr",
         "-i",
@@ -239,11 +334,12 @@ def test_qos_missing_is_added():
         "portal",
         "MaxWall=1-00:00:00",
         "MaxTRESPerUser=gres/gpu=-1",
+        "MaxTRESPerJob=gres/gpu=-1",
         "MinTRESPerJob=gres/gpu=1",
         "Flags=DenyOnLimit",
     )
     assert change.message == (
-        "adding QOS portal: MaxWall=1-00:00:00 MaxTRESPerUser=none"
+        "adding QOS portal: MaxWall=1-00:00:00 MaxTRESPerUser=none MaxTRESPerJob=none"
         " MinTRESPerJob=gres/gpu=1 Flags=DenyOnLimit"
     )
 
@@ -251,23 +347,63 @@ def test_qos_missing_is_added():
 @pytest.mark.parametrize(
     "listing",
     [
-        "portal|12:00:00|gres/gpu=4|gres/gpu=1|DenyOnLimit\n",
-        "portal|1-00:00:00|gres/gpu=2|gres/gpu=1|DenyOnLimit\n",
-        "portal|1-00:00:00|gres/gpu=4||DenyOnLimit\n",
-        "portal|1-00:00:00|gres/gpu=4|gres/gpu=1|\n",
+        "portal|12:00:00|gres/gpu=4||gres/gpu=1|DenyOnLimit\n",
+        "portal|1-00:00:00|gres/gpu=2||gres/gpu=1|DenyOnLimit\n",
+        "portal|1-00:00:00|gres/gpu=4|||DenyOnLimit\n",
+        "portal|1-00:00:00|gres/gpu=4|gres/gpu=0|gres/gpu=1|DenyOnLimit\n",
+        "portal|1-00:00:00|gres/gpu=4||gres/gpu=1|\n",
     ],
 )
 def test_qos_that_differs_is_modified(listing):
-    change = plan_qos(listing, "1-00:00:00", "gres/gpu=4")
+    change = plan_qos(listing, PORTAL_QOS)
     assert change.argv[2:6] == ("modify", "qos", "portal", "set")
+    assert "MaxTRESPerJob=gres/gpu=-1" in change.argv
     assert change.argv[-1] == "Flags+=DenyOnLimit"
     assert "(was " in change.message
 
 
 def test_qos_modified_says_what_it_was():
-    change = plan_qos("portal||||\n", "", "gres/gpu=4")
-    assert change.message.endswith("(was none, none, none, no flags)")
+    change = plan_qos("portal|||||\n", QosSpec("portal", "", "gres/gpu=4"))
+    assert change.message.endswith("(was none, none, none, none, no flags)")
     assert "MaxWall=-1" in change.argv
+
+
+def test_the_cpu_qos_allows_no_gpu_and_the_labs_have_their_own(settings):
+    specs = {spec.name: spec for spec in qos_specs(settings["cluster"])}
+    assert list(specs) == ["portal", "cpu", "vision", "nlp"]
+    assert specs["portal"] == PORTAL_QOS
+    assert specs["cpu"] == QosSpec("cpu", "1-00:00:00", "", "gres/gpu=0", "")
+    assert specs["nlp"] == QosSpec("nlp", "1-00:00:00", "gres/gpu=4", "", "")
+    change = plan_qos("cpu|1-00:00:00||||DenyOnLimit\n", specs["cpu"])
+    assert "MaxTRESPerJob=gres/gpu=0" in change.argv
+    assert plan_qos("cpu|1-00:00:00||gres/gpu=0||DenyOnLimit\n", specs["cpu"]) is None
+
+
+def test_qos_names_slurm_conf_gives_are_added_before_slurmctld_starts(settings):
+    specs = qos_specs(settings["cluster"])
+    changes = plan_qos_names("normal\nportal\nvision\n", specs)
+    assert [c.argv for c in changes] == [
+        ("sacctmgr", "-i", "add", "qos", "cpu"),
+        ("sacctmgr", "-i", "add", "qos", "nlp"),
+    ]
+    assert plan_qos_names("portal\ncpu\nvision\nnlp\n", specs) == []
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"cpu_qos": "vision"}, "name a QOS twice"),
+        ({"cpu_qos": "a b"}, "cpu_qos = 'a b'"),
+        ({"accounts": [{"name": "portal", "group": "g", "qos": "q", "fairshare": 1}]}, "own"),
+        ({"accounts": [{"name": "lab", "group": "g", "qos": "q"}]}, "fairshare is missing"),
+        ({"accounts": [{"name": "lab", "group": "g", "qos": "q", "fairshare": 0}]}, "1 or more"),
+        ({"accounts": [{"name": "lab", "group": "g;x", "qos": "q", "fairshare": 1}]}, "group"),
+    ],
+)
+def test_accounts_and_qos_that_cannot_be_made_are_refused(settings, changes, message):
+    settings["cluster"].update(changes)
+    with pytest.raises(SetupError, match=message):
+        qos_specs(settings["cluster"])
 
 
 def test_registration_once():
@@ -278,6 +414,13 @@ def test_registration_once():
         ("add", "account", "portal"),
     ]
     assert changes[1].argv[-2:] == ("description=Data Scientist Portal", "organization=portal")
+
+
+def test_lab_accounts_are_registered_once():
+    names = ("portal", "lab-vision", "lab-nlp")
+    assert plan_registration("portal\n", "root\nportal\nlab-vision\nlab-nlp\n", names) == []
+    changes = plan_registration("portal\n", "root\nportal\nlab-vision\n", names)
+    assert [c.argv[2:5] for c in changes] == [("add", "account", "lab-nlp")]
 
 
 # ---------------------------------------------------------------- users
@@ -344,6 +487,43 @@ def test_account_qos_that_differs_is_set():
     assert plan.account.message == "account portal: QOS portal only (was normal, default none)"
 
 
+def test_the_portal_account_takes_the_cpu_qos_beside_its_own(settings):
+    spec = portal_account(settings["cluster"])
+    assert (spec.qos, spec.default_qos) == (("cpu", "portal"), "portal")
+    listing = "|portal|portal|1\nroot|portal|portal|1\n"
+    plan = plan_users({"root"}, listing, spec)
+    assert plan.account.argv[-3:] == ("set", "qos=cpu,portal", "defaultqos=portal")
+    assert plan.account.message == (
+        "account portal: QOS cpu,portal, default portal (was portal, default portal)"
+    )
+    # sacctmgr lists an account's QOS in its own order
+    assert (
+        plan_users({"root"}, "|portal,cpu|portal|1\nroot|cpu,portal|portal|1\n", spec).account
+        is None
+    )
+
+
+def test_a_lab_account_gets_its_qos_fairshare_and_its_groups_members(settings):
+    vision, nlp = lab_accounts(settings["cluster"])
+    assert vision == AccountSpec("lab-vision", ("vision",), "vision", 60, "lab-vision")
+    assert (nlp.name, nlp.group, nlp.fairshare) == ("lab-nlp", "lab-nlp", 40)
+    plan = plan_users({"root", "portal", "alice", "carol"}, "|normal|normal|1\n", vision)
+    assert plan.account.argv[2:] == (
+        "modify", "account", "lab-vision", "where", "cluster=portal",
+        "set", "qos=vision", "defaultqos=vision", "fairshare=60",
+    )  # fmt: skip
+    assert "(was normal, default normal, fairshare 1)" in plan.account.message
+    assert plan.add.argv[3:] == ("user", "alice,carol,portal,root", "account=lab-vision",
+                                 "cluster=portal")  # fmt: skip
+    in_sync = "|vision|vision|60\n" + "".join(
+        f"{u}|vision|vision|1\n" for u in ("alice", "carol", "portal", "root", "bob")
+    )
+    plan = plan_users({"root", "portal", "alice", "carol"}, in_sync, vision)
+    assert (plan.account, plan.add, plan.leaving) == (None, None, ["bob"])
+    busy, change = plan_removal(["bob"], "", "lab-vision")
+    assert change.argv[-2:] == ("account=lab-vision", "cluster=portal")
+
+
 def test_removal_waits_for_active_jobs():
     busy, change = plan_removal(["zed", "bob", "amy"], "bob\n")
     assert busy == ["bob"]
@@ -380,16 +560,44 @@ class FakeHost:
         return self.answers.get(" ".join(argv))
 
 
+ASSOC_FORMAT = "format=user,qos,defaultqos,fairshare"
+ALL_QOS = QOS_OK + (
+    "cpu|1-00:00:00||gres/gpu=0||DenyOnLimit\n"
+    "vision|1-00:00:00|gres/gpu=4|||DenyOnLimit\n"
+    "nlp|1-00:00:00|gres/gpu=4|||DenyOnLimit\n"
+)
+SERVICE = ("portal", "root")
+
+
+def assoc(account, qos, share, users):
+    return f"|{qos}|{qos.split(',')[-1]}|{share}\n" + "".join(
+        f"{u}|{qos}|{qos.split(',')[-1]}|1\n" for u in users
+    )
+
+
 def fake_state(monkeypatch, **overrides):
     answers = {
         "getent group portal-users": "portal-users:*:20000:carol,bob,alice\n",
         "getent group portal-admins": "portal-admins:*:20010:carol\n",
-        "sacctmgr -n -P list assoc account=portal cluster=portal format=user,qos,defaultqos": (
-            ASSOC + "carol|portal|portal\n"
+        "getent group lab-vision": "lab-vision:*:20030:alice,carol\n",
+        "getent group lab-nlp": "lab-nlp:*:20040:bob,carol\n",
+        "getent group vision": "vision:*:20020:alice\n",
+        f"sacctmgr -n -P list assoc account=portal cluster=portal {ASSOC_FORMAT}": assoc(
+            "portal", "cpu,portal", "1", ("alice", "bob", "carol", *SERVICE)
+        ),
+        f"sacctmgr -n -P list assoc account=lab-vision cluster=portal {ASSOC_FORMAT}": assoc(
+            "lab-vision", "vision", "60", ("alice", "carol", *SERVICE)
+        ),
+        f"sacctmgr -n -P list assoc account=lab-nlp cluster=portal {ASSOC_FORMAT}": assoc(
+            "lab-nlp", "nlp", "40", ("bob", "carol", *SERVICE)
         ),
         "sacctmgr -n -P list user portal format=adminlevel": "None\n",
-        "sacctmgr -n -P list qos portal format=name,maxwall,maxtrespu,mintres,flags": QOS_OK,
+        "sacctmgr -n -P list qos format=name,maxwall,maxtrespu,maxtres,mintres,flags": ALL_QOS,
         "squeue -h -A portal -o %u": "",
+        "scontrol -o show reservation": (
+            "ReservationName=vision-course StartTime=2026-11-28T12:00:00 Nodes=n3 NodeCnt=1"
+            " Flags=IGNORE_JOBS,SPEC_NODES Users=alice Groups=(null) Accounts=(null) State=ACTIVE\n"
+        ),
     }
     answers.update(overrides)
     monkeypatch.setattr(slurm_setup, "output", FakeHost(answers))
@@ -399,6 +607,7 @@ def fake_state(monkeypatch, **overrides):
 def test_dry_run_in_sync_prints_nothing(monkeypatch, capsys, settings):
     fake_state(monkeypatch)
     assert slurm_setup.sync_users(settings, slurm_setup.Runner(dry_run=True)) == 0
+    assert slurm_setup.sync_reservations(settings, slurm_setup.Runner(dry_run=True)) == 0
     slurm_setup.ensure_qos(settings, slurm_setup.Runner(dry_run=True))
     assert capsys.readouterr().out == ""
 
@@ -408,35 +617,100 @@ def test_dry_run_prints_the_changes(monkeypatch, capsys, settings):
         monkeypatch,
         **{
             "getent group portal-users": "portal-users:*:20000:carol,alice,dave,b@d\n",
+            "getent group lab-nlp": "lab-nlp:*:20040:carol\n",
+            "getent group vision": "vision:*:20020:alice,carol\n",
             "squeue -h -A portal -o %u": "eve\n",
             "sacctmgr -n -P list user portal format=adminlevel": "Operator\n",
         },
     )
-    assoc = "sacctmgr -n -P list assoc account=portal cluster=portal format=user,qos,defaultqos"
-    slurm_setup.output.answers[assoc] = ASSOC + "carol|portal|portal\neve|portal|portal\n"
+    key = f"sacctmgr -n -P list assoc account=portal cluster=portal {ASSOC_FORMAT}"
+    slurm_setup.output.answers[key] += "eve|cpu,portal|portal|1\n"
     assert slurm_setup.sync_users(settings, slurm_setup.Runner(dry_run=True)) == 0
+    assert slurm_setup.sync_reservations(settings, slurm_setup.Runner(dry_run=True)) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         "sacctmgr -i add user dave account=portal cluster=portal",
-        "sacctmgr -i modify user portal set adminlevel=None",
         "sacctmgr -i remove user where name=bob account=portal cluster=portal",
+        "sacctmgr -i modify user portal set adminlevel=None",
+        "sacctmgr -i remove user where name=bob account=lab-nlp cluster=portal",
+        "scontrol update ReservationName=vision-course Nodes=n3 Users=alice,carol",
     ]
-    assert "left out, not plain user names: b@d" in err
-    assert "eve is not in the portal's groups but has active jobs" in err
+    assert "left out of group 'portal-users', not plain user names: b@d" in err
+    assert "eve is no longer a member but has active jobs in account portal" in err
 
 
-def test_a_group_that_does_not_resolve_changes_nothing(monkeypatch, capsys, settings):
-    fake_state(monkeypatch, **{"getent group portal-admins": None})
+def test_a_group_that_does_not_resolve_changes_nothing_of_its_account(
+    monkeypatch, capsys, settings
+):
+    fake_state(
+        monkeypatch,
+        **{
+            "getent group portal-admins": None,
+            "getent group portal-users": "portal-users:*:20000:alice\n",  # bob, carol left?
+            "getent group lab-vision": "lab-vision:*:20030:alice\n",
+        },
+    )
     assert slurm_setup.sync_users(settings, slurm_setup.Runner(dry_run=True)) == 3
     out, err = capsys.readouterr()
-    assert out == ""
+    # the account portal is left as it is; lab-vision, whose group resolves, follows it
+    assert out.splitlines() == [
+        "sacctmgr -i remove user where name=carol account=lab-vision cluster=portal"
+    ]
     assert "group 'portal-admins' does not resolve" in err
+    assert "associations of account portal left as they are" in err
+
+
+def test_the_reservation_is_made_for_the_groups_members(monkeypatch, capsys, settings):
+    fake_state(monkeypatch, **{"scontrol -o show reservation": "No reservations in the system\n"})
+    assert slurm_setup.sync_reservations(settings, slurm_setup.Runner(dry_run=True)) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "scontrol create reservation ReservationName=vision-course StartTime=now Duration=UNLIMITED"
+        " Nodes=n3 Users=alice Flags=IGNORE_JOBS"
+    ]
+    fake_state(monkeypatch, **{"scontrol -o show reservation": None})
+    with pytest.raises(SetupError, match="slurmctld does not answer"):
+        slurm_setup.sync_reservations(settings, slurm_setup.Runner(dry_run=True))
+
+
+def test_reservation_plans():
+    spec = ReservationSpec("course", "vision", ("n1", "n3"))
+    shown = parse_reservations(
+        "ReservationName=other Nodes=n2 Users=bob\n"
+        "ReservationName=course StartTime=now Nodes=n[1,3] Users=alice State=ACTIVE\n"
+    )
+    assert plan_reservation(shown, spec, ["alice", "alice"], expand_hostlist) is None
+    update = plan_reservation(shown, spec, ["bob", "alice"], expand_hostlist)
+    assert update.argv == ("scontrol", "update", "ReservationName=course", "Nodes=n1,n3",
+                           "Users=alice,bob")  # fmt: skip
+    assert update.message == "reservation course: nodes n1,n3, users alice bob (was n[1,3], alice)"
+    assert not update.fatal  # Slurm's reason is logged, the start goes on
+    moved = plan_reservation(shown, ReservationSpec("course", "vision", ("n3",)), ["alice"],
+                             expand_hostlist)  # fmt: skip
+    assert moved.argv[3:] == ("Nodes=n3", "Users=alice")
+    gone = plan_reservation(shown, spec, [], expand_hostlist)
+    assert gone.argv == ("scontrol", "delete", "ReservationName=course")
+    assert gone.message == "group vision has no member: deleting reservation course"
+    assert plan_reservation({}, spec, [], expand_hostlist) is None
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"name": "r", "group": "g"}, "nodes is missing"),
+        ({"name": "r", "group": "g", "nodes": []}, "nodes is empty"),
+        ({"name": "r", "group": "a,b", "nodes": ["n3"]}, "use letters"),
+        ({"name": "r", "group": "g", "nodes": ["n3"], "users": ["x"]}, "unknown key 'users'"),
+    ],
+)
+def test_a_reservation_that_cannot_be_made_is_refused(table, message):
+    with pytest.raises(SetupError, match=message):
+        reservations({"reservations": [table]})
 
 
 def test_slurmdbd_down_is_an_error(monkeypatch, settings):
     fake_state(
         monkeypatch,
-        **{"sacctmgr -n -P list qos portal format=name,maxwall,maxtrespu,mintres,flags": None},
+        **{"sacctmgr -n -P list qos format=name,maxwall,maxtrespu,maxtres,mintres,flags": None},
     )
     with pytest.raises(SetupError, match="slurmdbd does not answer"):
         slurm_setup.ensure_qos(settings, slurm_setup.Runner(dry_run=True))
@@ -470,7 +744,7 @@ def test_gpu_devices_of_nodes_and_gpus_no_longer_configured_go(tmp_path, setting
     (root / "n1" / "gpux").touch()
     (root / "n1" / "other").touch()
     (tmp_path / "portal-gpu0").touch()  # the single-host layout of old
-    slurm_setup.make_gpu_devices(cluster(settings, nodes=2, node_gpus=0), str(root))
+    slurm_setup.make_gpu_devices(cluster(settings, nodes=2, node_gpus=0, **PLAIN), str(root))
     assert sorted(p.name for p in root.iterdir()) == ["n1", "n2"]
     assert [p.name for p in (root / "n1").iterdir()] == ["other"]
     assert not (tmp_path / "portal-gpu0").exists()
@@ -481,7 +755,7 @@ def test_gpu_devices_are_made(tmp_path, settings):
     root = tmp_path / "portal-gpu"
     (root / "n1").mkdir(parents=True)
     (root / "n1" / "gpu1").touch()  # not a device: replaced
-    slurm_setup.make_gpu_devices(cluster(settings, nodes=1, node_gpus=2), str(root))
+    slurm_setup.make_gpu_devices(cluster(settings, nodes=1, node_gpus=2, **PLAIN), str(root))
     for i in range(2):
         st = os.stat(root / "n1" / f"gpu{i}")
         assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
