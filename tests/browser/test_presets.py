@@ -1,0 +1,68 @@
+"""Saved presets in the browser (issue 38): one saved on the spawn page,
+started from the home page in one click, edited and deleted; screenshots
+in test-artifacts/presets-*.png."""
+
+import re
+
+from playwright.sync_api import expect
+
+from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs, wait_no_jobs
+
+NAME = "ResNet 2×V100 2 h"
+
+
+def test_a_preset_saved_started_in_one_click_edited_and_deleted(page, browser_login, hub, shot):
+    browser_login(page, "alice")
+    try:
+        page.select_option("#profile", "pytorch")
+        page.select_option("#gpus", "2")
+        page.fill("#hours", "2")
+        page.fill("#preset-name", NAME)
+        shot(page, "presets-spawn-page")
+        page.click("#save-preset-button")
+        page.wait_for_url("**/hub/home")
+        expect(page.locator("#session-notice")).to_have_text(f"Saved preset '{NAME}'.")
+        row = page.locator(f".home-preset[data-name='{NAME}']")
+        expect(row.locator(".preset-summary")).to_have_text("pytorch, 2 GPUs, 2 h")
+        assert user_jobs("alice") == []
+        shot(page, "presets-home")
+
+        # one click
+        row.locator(".preset-start").click()
+        page.wait_for_url(re.compile(r".*/user/alice/lab.*"), timeout=180_000)
+        [(job_id, state)] = user_jobs("alice")
+        assert state == "RUNNING"
+        assert re.search(r"gpu(:[\w.-]+)?:2$", scontrol_job(job_id)["TresPerNode"])
+        assert scontrol_job(job_id)["TimeLimit"] == "02:00:00"
+        page.goto(hub + "/hub/home")
+        expect(page.locator("#session-gpus")).to_have_text(re.compile(r"^2 "))
+        shot(page, "presets-started")
+        page.click("#stop")
+        expect(page.locator("#start")).to_contain_text("Start My Server", timeout=30_000)
+        wait_no_jobs("alice")
+
+        # edit: the spawn page filled with it; 3 hours, saved over it
+        page.goto(hub + "/hub/home")
+        page.locator(f".home-preset[data-name='{NAME}'] .preset-edit").click()
+        expect(page.locator("#editing-preset")).to_have_text(NAME)
+        expect(page.locator("#gpus")).to_have_value("2")
+        expect(page.locator("#hours")).to_have_value("2")
+        page.fill("#hours", "3")
+        shot(page, "presets-edit")
+        page.click("#save-preset-button")
+        page.wait_for_url("**/hub/home")
+        row = page.locator(f".home-preset[data-name='{NAME}']")
+        expect(row.locator(".preset-summary")).to_have_text("pytorch, 2 GPUs, 3 h")
+        expect(page.locator(".home-preset")).to_have_count(1)  # changed, not added
+
+        with page.expect_navigation():
+            row.locator(".preset-delete").click()
+        expect(page.locator("#session-notice")).to_have_text(f"Deleted preset '{NAME}'.")
+        expect(page.locator("#no-presets")).to_be_visible()
+        shot(page, "presets-deleted")
+    finally:
+        page.goto(hub + "/hub/home")
+        for _ in range(page.locator(".preset-delete").count()):
+            with page.expect_navigation():
+                page.locator(".preset-delete").first.click()
+        cancel_jobs_of(["alice"], timeout=30)  # the hub sees its job gone
