@@ -24,12 +24,19 @@ def page_xsrf(client, path="/hub/spawn"):
 
 
 def post(client, path, **data):
-    data["_xsrf"] = data.get("_xsrf") or page_xsrf(client, "/hub/home")
+    # the form's token (the page's), or the hub's XSRF cookie, as the API client sends it
+    data["_xsrf"] = data.get("_xsrf") or client.session.cookies.get("_xsrf", path="/hub/")
     return client.session.post(client.url(path), data=data, allow_redirects=False, timeout=60)
 
 
 def home(client):
-    return client.session.get(client.url("/hub/home"), timeout=60).text
+    return client.session.get(client.url("/hub/home"), timeout=60).content.decode()
+
+
+def notice(page):
+    """The home page's notice, or its presets card (what a failed check shows)."""
+    found = re.search(r'id="session-notice">(.*?)</p>', page, re.S)
+    return found.group(1) if found else page[page.find('id="presets"') :][:2000]
 
 
 def preset_named(client, name):
@@ -55,7 +62,7 @@ def test_a_preset_saved_on_the_spawn_page_starts_from_home_stops_and_goes(login)
         r = post(alice, "/hub/portal/presets", _xsrf=page_xsrf(alice), preset_name=name, **fields)
         assert r.status_code == 303 and r.headers["Location"].endswith("/hub/home"), r.text
         page = home(alice)
-        assert "Saved preset &#39;ResNet 2×GPU 3 h&#39;." in page
+        assert "Saved preset &#39;ResNet 2×GPU 3 h&#39;." in page, notice(page)
         preset = preset_named(alice, name)
         assert preset["options"] == {"profile": "pytorch", "gpus": "2", "hours": "3", "nodes": "1"}
         assert preset["fits"] and not preset["published"]
@@ -113,7 +120,7 @@ def test_a_preset_whose_profile_is_gone_names_it_and_starts_reset(login, portal,
         assert shown["reset_options"] == {"gpus": 1, "hours": 1}
         page = home(alice)
         assert "No longer fits: Profile &#39;presetgone&#39; is not available to you" in page
-        assert "Start with profile reset to the profile&#39;s default" in page
+        assert "Start with profile reset to the profile's default" in page
 
         # Start as it is: refused, naming the field, nothing submitted
         r = post(alice, f"/hub/portal/presets/{preset['id']}/start")
