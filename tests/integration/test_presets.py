@@ -197,3 +197,24 @@ def test_the_api_refuses_naming_the_field_and_keeps_users_apart(login, portal):
         carol_own = preset_named(login("carol"), "Course")
         if carol_own:
             login("carol").api("DELETE", f"/portal/presets/{carol_own['id']}")
+
+
+def test_a_preset_names_the_session_it_starts(login):
+    alice = login("alice")
+    options = {"profile": "pytorch", "gpus": 1, "hours": 1}
+    body = {"name": "Train beside", "options": options, "server_name": "train"}
+    r = alice.api("POST", "/portal/presets", json=body)
+    assert r.status_code == 201 and r.json()["server_name"] == "train", r.text
+    preset = r.json()
+    r = alice.api("POST", "/portal/presets", json={**body, "server_name": "Train!"})
+    assert r.status_code == 400 and r.json()["field"] == "server_name", r.text
+    try:
+        r = post(alice, f"/hub/portal/presets/{preset['id']}/start")
+        assert r.status_code == 302 and "/hub/spawn-pending/alice/train" in r.headers["Location"]
+        alice.wait_ready("alice", timeout=180, server_name="train")
+        assert len(jobs_of("alice")) == 1
+        assert "" not in alice.user_model("alice")["servers"]  # the main session: not started
+    finally:
+        alice.api("DELETE", "/users/alice/servers/train", json={"remove": True})
+        cancel_jobs_of(["alice"], timeout=30)
+        alice.api("DELETE", f"/portal/presets/{preset['id']}")
