@@ -1,15 +1,15 @@
 """Saved presets (issue 38): a user's named spawn choices, and those an
 admin published for everyone (owner ""), in ``portal_presets``.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
