@@ -187,13 +187,13 @@ class PortalHomeHandler(HomeHandler):
 
     async def _render_home(self, name, ns):
         ns.setdefault("portal_jobs", await self.notebook_jobs())
-        ns.setdefault("portal_presets", self.presets())
+        ns.setdefault("portal_presets", await self.presets())
         return await super().render_template(name, False, **ns)
 
-    def presets(self):
+    async def presets(self):
         """The user's presets and the published ones, each with whether it
         fits now (``spawners.presets``: from memory, no database read while
-        nothing changed)."""
+        nothing changed; the site's choices from the shared poll's catalog)."""
         from . import presets  # it imports this module
 
         user = self.current_user
@@ -202,7 +202,7 @@ class PortalHomeHandler(HomeHandler):
         admin = is_portal_admin(self.expanded_scopes)
         return [
             {
-                **presets.fit_json(user.spawner, p),
+                **await presets.fit_json(user.spawner, p),
                 "may_change": presets.may_change(p, user.name, admin),
                 "edit_url": presets.edit_url(self.hub.base_url, p),
             }

@@ -76,19 +76,30 @@ def checked(data, allow_named=True):
     return name, presets.clean_values(options), server_name
 
 
-def fit(spawner, options):
+async def fit(spawner, options):
     """None when ``options`` start a session for ``spawner``'s user now, else
-    the FieldError that says why (its ``field`` names the field)."""
+    the FieldError that says why (its ``field`` names the field): the
+    profiles and the slice (``resolve_options``), then the site's Slurm
+    (``check_site_choices``: an account removed, a reservation over), as
+    ``load_user_options`` checks them at start."""
     try:
-        spawner.resolve_options(dict(options))
+        await resolved(spawner, options)
     except FieldError as e:
         return e
     return None
 
 
-def fit_json(spawner, preset):
+async def resolved(spawner, options):
+    """``(profile, slice)`` of ``options`` for ``spawner``'s user, checked as
+    at start; FieldError naming the field."""
+    profile, job_slice = spawner.resolve_options(dict(options))
+    await spawner.check_site_choices(profile, job_slice)
+    return profile, job_slice
+
+
+async def fit_json(spawner, preset):
     """The preset with its fit, as the API and the home page give it."""
-    problem = fit(spawner, preset["options"])
+    problem = await fit(spawner, preset["options"])
     shown = {**preset, "summary": presets.summary(preset["options"]), "fits": problem is None}
     if problem is not None:
         shown["error"], shown["field"] = str(problem), problem.field
@@ -151,7 +162,7 @@ class PresetSaveHandler(PresetHandler):
     """``POST /hub/portal/presets``: the spawn page's fields as a preset."""
 
     @web.authenticated
-    def post(self):
+    async def post(self):
         user = self.current_user
         fields = form.form_fields(posted(self.request.body_arguments))
         data = {
@@ -165,7 +176,7 @@ class PresetSaveHandler(PresetHandler):
             if publish and not self.admin:
                 raise PresetError("Only portal admins publish presets for everyone", "published")
             name, options, server_name = checked(data, self.allow_named_servers)
-            problem = fit(user.spawner, options)
+            problem = await fit(user.spawner, options)
             if problem is not None:
                 raise problem
             owner = PUBLISHED if publish else user.name
@@ -234,7 +245,7 @@ class PresetActionHandler(PresetHandler, PortalSpawnHandler):
         options = presets.reset(preset["options"], resets)
         name = preset["name"]
         try:
-            profile, job_slice = user.spawner.resolve_options(dict(options))
+            profile, job_slice = await resolved(user.spawner, options)
         except FieldError as e:
             self.log.info("Preset %s of %s does not fit: %s", preset["id"], user.name, e)
             metrics.refused("options")  # as the spawn form's refusal: nothing submitted
@@ -313,9 +324,9 @@ class PresetsAPIHandler(APIHandler):
             raise PresetError("The request body must be a JSON object")
         return data
 
-    def save(self, data, owner, preset_id=None):
+    async def save(self, data, owner, preset_id=None):
         name, options, server_name = checked(data, self.allow_named_servers)
-        problem = fit(self.current_user.spawner, options)
+        problem = await fit(self.current_user.spawner, options)
         if problem is not None:
             raise problem
         return self.store.save_preset(
@@ -328,12 +339,12 @@ def form_no_constant(name):
 
 
 class PresetsAPI(PresetsAPIHandler):
-    def get(self):
+    async def get(self):
         name = self.username()
         spawner = self.current_user.spawner
-        self.send([fit_json(spawner, p) for p in self.store.presets(name)])
+        self.send([await fit_json(spawner, p) for p in self.store.presets(name)])
 
-    def post(self):
+    async def post(self):
         name = self.username()
         try:
             data = self.body()
@@ -345,17 +356,18 @@ class PresetsAPI(PresetsAPIHandler):
                 raise PresetError("published must be true or false", "published")
             if publish and not self.admin:
                 raise PresetError("Only portal admins publish presets for everyone", "published")
-            saved = self.save(data, PUBLISHED if publish else name)
+            saved = await self.save(data, PUBLISHED if publish else name)
         except FieldError as e:
             return self.refuse(e)
         self.log.info("%s saved preset %s (%s) by the API", name, saved["id"], saved["name"])
-        self.send(fit_json(self.current_user.spawner, saved), 201)
+        self.send(await fit_json(self.current_user.spawner, saved), 201)
 
 
 class PresetAPI(PresetsAPIHandler):
-    def get(self, preset_id):
+    async def get(self, preset_id):
         name = self.username()
-        self.send(fit_json(self.current_user.spawner, visible(self.store, preset_id, name)))
+        preset = visible(self.store, preset_id, name)
+        self.send(await fit_json(self.current_user.spawner, preset))
 
     def changeable(self, preset_id):
         name = self.username()
@@ -364,7 +376,7 @@ class PresetAPI(PresetsAPIHandler):
             raise web.HTTPError(403, "Only portal admins change published presets")
         return preset
 
-    def put(self, preset_id):
+    async def put(self, preset_id):
         preset = self.changeable(preset_id)
         try:
             data = self.body()
@@ -372,10 +384,10 @@ class PresetAPI(PresetsAPIHandler):
             if unknown:
                 raise PresetError(f"Unknown field(s): {', '.join(unknown)[:80]}", unknown[0][:40])
             merged = {k: data.get(k, preset[k]) for k in ("name", "options", "server_name")}
-            saved = self.save(merged, preset["owner"], preset["id"])
+            saved = await self.save(merged, preset["owner"], preset["id"])
         except FieldError as e:
             return self.refuse(e)
-        self.send(fit_json(self.current_user.spawner, saved))
+        self.send(await fit_json(self.current_user.spawner, saved))
 
     def delete(self, preset_id):
         preset = self.changeable(preset_id)

@@ -165,32 +165,53 @@ def test_the_migration_adds_the_table_to_a_store_of_before(tmp_path):
 # -- the fit --------------------------------------------------------------------
 
 
-def test_a_preset_that_fits_has_no_problem():
+async def test_a_preset_that_fits_has_no_problem():
     s = spawner("unit-presets")
-    assert hub_presets.fit(s, {"profile": "default", "gpus": "1", "hours": "2"}) is None
+    assert await hub_presets.fit(s, {"profile": "default", "gpus": "1", "hours": "2"}) is None
 
 
-def test_a_gone_profile_names_the_field_and_offers_the_profiles_default():
+async def test_a_gone_profile_names_the_field_and_offers_the_profiles_default():
     s = spawner("unit-presets")
     preset = {"id": 1, "options": {"profile": "gone", "gpus": "1", "hours": "2"}}
-    shown = hub_presets.fit_json(s, preset)
+    shown = await hub_presets.fit_json(s, preset)
     assert not shown["fits"] and shown["field"] == "profile"
     assert "Profile 'gone' is not available to you" in shown["error"]
     assert shown["reset_options"] == {"gpus": "1", "hours": "2"}
-    assert hub_presets.fit(s, shown["reset_options"]) is None  # the offer starts
+    assert await hub_presets.fit(s, shown["reset_options"]) is None  # the offer starts
 
 
-def test_a_field_the_preset_does_not_set_is_not_offered_for_reset():
+async def test_a_field_the_preset_does_not_set_is_not_offered_for_reset():
     s = spawner("unit-presets")
     s.default_profile = {"user_images": True}  # needs an image: the preset gives none
-    shown = hub_presets.fit_json(s, {"id": 1, "options": {"gpus": "1"}})
+    shown = await hub_presets.fit_json(s, {"id": 1, "options": {"gpus": "1"}})
     assert shown["field"] == "image" and "reset_options" not in shown
 
 
-def test_too_many_gpus_name_gpus_and_the_reset_is_one():
+async def test_too_many_gpus_name_gpus_and_the_reset_is_one():
     s = spawner("unit-presets")
-    shown = hub_presets.fit_json(s, {"id": 1, "options": {"gpus": "99", "hours": "1"}})
+    shown = await hub_presets.fit_json(s, {"id": 1, "options": {"gpus": "99", "hours": "1"}})
     assert shown["field"] == "gpus" and shown["reset_options"] == {"hours": "1"}
+
+
+async def test_the_sites_refusal_names_its_field_as_at_start():
+    """fit asks the site's Slurm as load_user_options does (check_site_choices,
+    its own tests: tests/unit/test_site_slices.py): here its refusal alone."""
+    from portal.core.slice import SliceError
+
+    s = spawner("unit-presets")
+    asked = []
+
+    async def account_removed(profile, job_slice):
+        asked.append(job_slice)
+        raise SliceError("You have no association with account lab-cv", "account")
+
+    s.default_profile = {"choose": ["account"]}  # the profile lets its users choose one
+    s.check_site_choices = account_removed
+    preset = {"id": 1, "options": {"gpus": "1", "hours": "2", "account": "lab-cv"}}
+    shown = await hub_presets.fit_json(s, preset)
+    assert asked and (shown["field"], shown["fits"]) == ("account", False)
+    assert shown["error"] == "You have no association with account lab-cv"
+    assert shown["reset_options"] == {"gpus": "1", "hours": "2"}
 
 
 def test_a_published_preset_is_changed_by_admins_alone():
