@@ -8,8 +8,12 @@ field, and a user sees only their own and the published ones."""
 import re
 import time
 
+import pytest
+
+from portal import settings
+from portal.store import ProfileStore, store_url
 from tests.support.jobs import cancel_jobs_of, squeue
-from tests.support.testhub import JOB_NAME
+from tests.support.testhub import JOB_NAME, SETTINGS_FILE
 
 
 def jobs_of(user):
@@ -218,3 +222,44 @@ def test_a_preset_names_the_session_it_starts(login):
         alice.api("DELETE", "/users/alice/servers/train", json={"remove": True})
         cancel_jobs_of(["alice"], timeout=30)
         alice.api("DELETE", f"/portal/presets/{preset['id']}")
+
+
+def test_a_preset_whose_account_was_removed_says_so_and_starts_reset(
+    login, portal, restore_profiles
+):
+    """alice's preset names an account she no longer has (lab-nlp: written
+    into the store as it was saved when she had it; Slurm's associations
+    are the demo's, left as they are)."""
+    carol = portal("carol")
+    profile = {k: v for k, v in carol.profile("pytorch").items() if k != "revision"}
+    new = {**profile, "name": "presetacct", "display_name": "Accounts", "choose": ["account"]}
+    r = carol.send("POST", "api/profiles", json=new)
+    assert r.status_code == 201, r.text
+    store = ProfileStore(store_url(settings.load(SETTINGS_FILE)))
+    options = {"profile": "presetacct", "gpus": "1", "hours": "1", "account": "lab-nlp"}
+    preset = store.save_preset("alice", "Old lab", options, "", "alice")
+    alice = login("alice")
+    try:
+        shown = preset_named(alice, "Old lab")
+        assert not shown["fits"] and shown["field"] == "account", shown
+        if "not read yet" in shown["error"]:
+            pytest.skip("this hub reads no catalog of accounts yet: " + shown["error"])
+        assert "lab-nlp" in shown["error"]
+        assert shown["reset_options"] == {"profile": "presetacct", "gpus": "1", "hours": "1"}
+        page = home(alice)
+        assert "No longer fits: " in page and "Start with account reset" in page
+
+        r = post(alice, f"/hub/portal/presets/{preset['id']}/start")
+        assert r.status_code == 303 and "lab-nlp" in notice(home(alice))
+        time.sleep(1)
+        assert jobs_of("alice") == []
+
+        r = post(alice, f"/hub/portal/presets/{preset['id']}/start", reset="account")
+        assert r.status_code == 302, r.text
+        alice.wait_ready("alice", timeout=180)
+        [account] = [row[0] for row in squeue("-n", JOB_NAME, "-u", "alice", "-o", "%a")]
+        assert account != "lab-nlp"
+    finally:
+        stop(alice, "alice")
+        store.delete_preset(preset["id"], "alice")
+        store.engine.dispose()
