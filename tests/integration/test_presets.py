@@ -196,6 +196,18 @@ def test_the_api_refuses_naming_the_field_and_keeps_users_apart(login, portal):
         r = carol.send("DELETE", f"api/presets/{published['id']}")
         assert r.status_code == 204, r.text
         assert preset_named(bob, "Course") is None
+
+        # the spawn page's "for everyone": an admin's alone
+        form = {"profile": "pytorch", "gpus": "1", "preset_publish": "on"}
+        r = post(alice, "/hub/portal/presets", preset_name="Everyone's", **form)
+        assert r.status_code == 303 and "Only portal admins publish" in notice(home(alice))
+        assert preset_named(bob, "Everyone's") is None
+        r = post(carol.client, "/hub/portal/presets", preset_name="Everyone's", **form)
+        assert r.status_code == 303, r.text
+        shown = preset_named(bob, "Everyone's")
+        assert shown["published"] and shown["options"] == {"profile": "pytorch", "gpus": "1"}
+        r = carol.client.api("DELETE", f"/portal/presets/{shown['id']}")
+        assert r.status_code == 204, r.text
     finally:
         alice.api("DELETE", f"/portal/presets/{mine['id']}")
         carol_own = preset_named(login("carol"), "Course")
