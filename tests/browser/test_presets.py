@@ -66,3 +66,42 @@ def test_a_preset_saved_started_in_one_click_edited_and_deleted(page, browser_lo
             with page.expect_navigation():
                 page.locator(".preset-delete").first.click()
         cancel_jobs_of(["alice"], timeout=30)  # the hub sees its job gone
+
+
+def test_a_preset_whose_profile_is_gone_says_so_and_starts_reset(
+    page, browser_login, hub, shot, portal, login, restore_profiles
+):
+    carol = portal("carol")
+    profile = {k: v for k, v in carol.profile("pytorch").items() if k != "revision"}
+    r = carol.send("POST", "api/profiles", json={**profile, "name": "presetgone"})
+    assert r.status_code == 201, r.text
+    alice = login("alice")
+    body = {"name": "Soon gone", "options": {"profile": "presetgone", "gpus": 1, "hours": 1}}
+    r = alice.api("POST", "/portal/presets", json=body)
+    assert r.status_code == 201, r.text
+    preset = r.json()
+    revision = carol.profile("presetgone")["revision"]
+    assert carol.send("DELETE", f"api/profiles/presetgone?revision={revision}").status_code == 204
+    browser_login(page, "alice")
+    try:
+        page.goto(hub + "/hub/home")
+        row = page.locator(".home-preset[data-name='Soon gone']")
+        expect(row.locator(".preset-problem")).to_contain_text(
+            "No longer fits: Profile 'presetgone' is not available to you (field profile)"
+        )
+        shot(page, "presets-no-longer-fits")
+        with page.expect_navigation():
+            row.locator(".preset-start").click()
+        expect(page.locator("#session-notice")).to_contain_text(
+            "Preset 'Soon gone' was not started: Profile 'presetgone' is not available to you"
+        )
+        assert user_jobs("alice") == []
+        shot(page, "presets-refused")
+        page.click("#notice-reset")
+        page.wait_for_url(re.compile(r".*/user/alice/lab.*"), timeout=180_000)
+        [(job_id, _)] = user_jobs("alice")
+        assert scontrol_job(job_id)["TimeLimit"] == "01:00:00"
+    finally:
+        alice.api("DELETE", "/users/alice/server")
+        cancel_jobs_of(["alice"], timeout=30)
+        alice.api("DELETE", f"/portal/presets/{preset['id']}")
