@@ -28,6 +28,11 @@ Every notebook run as a Slurm job (``portal.notebookjobs``) is a row of
 ``portal_notebook_jobs``: whose, which notebook, profile, slice and
 parameters; its state is Slurm's.
 
+Every saved preset (``portal.presets``) is a row of ``portal_presets``: its
+owner (a user, or "" for one an admin published for everyone), its name
+(unique per owner), the spawn options and the session it starts. A user's
+presets and the published ones are kept in memory (``ProfileStore._kept``).
+
 Every check of a site's container image (``portal.helper.imagecheck``, run
 by the admin service) is a row of ``portal_image_checks``: the image, the
 framework it was checked with, the image's stamp then, the verdict and its
@@ -53,6 +58,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
     event,
     false,
     func,
@@ -78,6 +84,7 @@ from portal.database import (
     database_url,
     is_postgresql,
 )
+from portal.presets import PUBLISHED, PresetError
 
 log = logging.getLogger("portal.store")
 BUSY_SECONDS = 15  # the longest a call waits for the database (a lock, a statement)
@@ -303,6 +310,35 @@ class Refusal(Base):
     __tablename__ = "portal_refusals"
     reason = Column(String(32), primary_key=True)
     count = Column(Integer, nullable=False, default=0, server_default="0")
+
+
+class PresetRow(Base):
+    """A saved preset (``portal.presets``): a spawn choice under a name, a
+    user's own or published for everyone (``owner`` "")."""
+
+    __tablename__ = "portal_presets"
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_portal_presets_owner_name"),)
+    id = Column(Integer, primary_key=True, autoincrement=True)
+    owner = Column(String(255), nullable=False, index=True)  # "": published
+    name = Column(String(80), nullable=False)
+    options = Column(JSON, nullable=False, default=dict)  # as the spawn form posts them
+    server_name = Column(String(32), nullable=False, default="", server_default="")
+    created = Column(DateTime, nullable=False)
+    updated = Column(DateTime, nullable=False)
+    updated_by = Column(String(255), nullable=False)
+
+    def to_dict(self):
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "name": self.name,
+            "options": dict(self.options or {}),
+            "server_name": self.server_name,
+            "published": self.owner == PUBLISHED,
+            "created": self.created.isoformat(timespec="seconds") + "Z",
+            "updated": self.updated.isoformat(timespec="seconds") + "Z",
+            "updated_by": self.updated_by,
+        }
 
 
 class Meta(Base):
@@ -763,6 +799,63 @@ class ProfileStore:
             if row is None:
                 raise NotFound(f"No notebook job {str(job_id)[:32]}")
             return row.to_dict()
+
+    # -- presets ------------------------------------------------------------
+
+    def presets(self, owner):
+        """``owner``'s presets, then the published ones, each by name, as dicts
+        (kept in memory, ``_kept_read``: the home page reads nothing while
+        nothing changed)."""
+        return self._kept_read(("presets", owner), lambda: self._presets(owner))
+
+    def _presets(self, owner):
+        with self.Session() as db:
+            query = (
+                select(PresetRow)
+                .where(PresetRow.owner.in_({owner, PUBLISHED}))
+                .order_by(PresetRow.owner == PUBLISHED, PresetRow.name, PresetRow.id)
+            )
+            return [row.to_dict() for row in db.scalars(query)]
+
+    def published_presets(self):
+        """The presets published for everyone, by name (``presets``' own read)."""
+        return [p for p in self.presets(PUBLISHED) if p["published"]]
+
+    def preset(self, preset_id):
+        """The preset ``preset_id``'s dict, or NotFound."""
+        with self.Session() as db:
+            row = db.get(PresetRow, preset_id) if isinstance(preset_id, int) else None
+            if row is None:
+                raise NotFound(f"No preset {str(preset_id)[:12]}")
+            return row.to_dict()
+
+    def save_preset(self, owner, name, options, server_name, author, preset_id=None):
+        """Store a preset (checked by the caller: ``portal.presets``), new or
+        over ``preset_id`` (then of ``owner``: NotFound otherwise); its dict.
+        A name ``owner`` already gave another preset: PresetError on "name"."""
+        try:
+            with self.Session.begin() as db:
+                if preset_id is None:
+                    row = PresetRow(owner=owner, created=now())
+                    db.add(row)
+                else:
+                    row = db.get(PresetRow, preset_id)
+                    if row is None or row.owner != owner:
+                        raise NotFound(f"No preset {preset_id}")
+                row.name, row.options, row.server_name = name, dict(options), server_name
+                row.updated, row.updated_by = now(), author
+            return row.to_dict()
+        except IntegrityError:
+            whose = "A published preset" if owner == PUBLISHED else "One of your presets"
+            raise PresetError(f"{whose} is named {name!r} already", "name") from None
+
+    def delete_preset(self, preset_id, owner):
+        """Delete ``owner``'s preset ``preset_id`` (NotFound if not theirs)."""
+        with self.Session.begin() as db:
+            row = db.get(PresetRow, preset_id)
+            if row is None or row.owner != owner:
+                raise NotFound(f"No preset {preset_id}")
+            db.delete(row)
 
     # -- image checks -------------------------------------------------------
 

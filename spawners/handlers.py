@@ -171,11 +171,12 @@ class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
 
 class PortalHomeHandler(HomeHandler):
     """The home page, with the notice the card's last action left (shown
-    once), and the user's latest notebook jobs (``portal.notebookjobs``,
-    their states from Slurm)."""
+    once), the user's latest notebook jobs (``portal.notebookjobs``,
+    their states from Slurm) and their presets (``spawners.presets``)."""
 
-    def initialize(self, jobs=None):
+    def initialize(self, jobs=None, store=None):
         self.jobs = jobs  # portal.notebookjobs.NotebookJobs
+        self.store = store  # portal.store.ProfileStore: the presets
 
     def render_template(self, name, sync=False, **ns):
         if name == "home.html":
@@ -186,7 +187,27 @@ class PortalHomeHandler(HomeHandler):
 
     async def _render_home(self, name, ns):
         ns.setdefault("portal_jobs", await self.notebook_jobs())
+        ns.setdefault("portal_presets", await self.presets())
         return await super().render_template(name, False, **ns)
+
+    async def presets(self):
+        """The user's presets and the published ones, each with whether it
+        fits now (``spawners.presets``: from memory, no database read while
+        nothing changed; the site's choices from the shared poll's catalog)."""
+        from . import presets  # it imports this module
+
+        user = self.current_user
+        if self.store is None or user is None:
+            return []
+        admin = is_portal_admin(self.expanded_scopes)
+        return [
+            {
+                **await presets.fit_json(user.spawner, p),
+                "may_change": presets.may_change(p, user.name, admin),
+                "edit_url": presets.edit_url(self.hub.base_url, p),
+            }
+            for p in self.store.presets(user.name)
+        ]
 
     async def notebook_jobs(self, limit=5):
         """The user's latest notebook jobs with their states; [] when none
@@ -205,8 +226,13 @@ class PortalHomeHandler(HomeHandler):
         self.clear_cookie(NOTICE_COOKIE, path=self.hub.base_url)
         try:
             notice = json.loads(raw)
-            return {"ok": bool(notice["ok"]), "text": str(notice["text"])}
-        except (ValueError, KeyError, TypeError):
+            taken = {"ok": bool(notice["ok"]), "text": str(notice["text"])}
+            # a preset that did not fit: the offer to start it with fields reset
+            if isinstance(notice.get("preset"), int) and isinstance(notice.get("reset"), list):
+                taken["preset"] = notice["preset"]
+                taken["reset"] = [str(f)[:40] for f in notice["reset"][:20]]
+            return taken
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
 

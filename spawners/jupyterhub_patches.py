@@ -41,7 +41,8 @@ def install_routes(store, notebook_jobs=None):
     stop during a spawn answered 500), ``HomeHandler`` (the card's notice,
     the user's notebook jobs from the store ``store``);
     added: the card's extension (with the profile store ``store``), GPU
-    figures, the pages' notices, the spawn page's expected start and, with ``notebook_jobs``
+    figures, the pages' notices, the spawn page's expected start, the presets
+    (``spawners.presets``) and, with ``notebook_jobs``
     (``portal.notebookjobs.NotebookJobs``), the notebook jobs' API
     (``spawners.jobs_api``). Fails, and with it the hub's start, if a
     replaced handler has no route any more.
@@ -58,7 +59,8 @@ def install_routes(store, notebook_jobs=None):
         SpawnHandler: ours.PortalSpawnHandler,
         HomeHandler: ours.PortalHomeHandler,
     }
-    arguments = {ours.PortalHomeHandler: {"jobs": notebook_jobs}}  # initialize()'s
+    # initialize()'s
+    arguments = {ours.PortalHomeHandler: {"jobs": notebook_jobs, "store": store}}
     added = {
         ours.PORT_ROUTE: (ours.PortReportHandler,),
         ours.EXTEND_ROUTE: (ours.SessionExtendHandler, {"store": store}),
@@ -89,6 +91,15 @@ def install_routes(store, notebook_jobs=None):
         apihandlers.default_handlers.extend(jobs_api.routes(notebook_jobs))
     for route, target in added.items():
         handlers.default_handlers.append((route, *target))
+    from . import presets
+
+    for routes, new in (
+        (handlers.default_handlers, presets.page_routes(store)),
+        (apihandlers.default_handlers, presets.api_routes(store)),
+    ):
+        taken = {route for route, *_ in new}
+        routes[:] = [r for r in routes if r[0] not in taken]
+        routes.extend(new)
 
 
 def stop_pending(spawner):

@@ -26,7 +26,7 @@ from portal.service.cluster import ClusterSource
 from portal.slurm.commands import use_bin_dir, use_private_data
 from portal.store import ProfileStore, store_url
 
-from . import api, jobs, pages, usage
+from . import api, jobs, pages, presets, usage
 from .health import HealthHandler
 from .images import ImageChecks
 from .operations import ProfileOperations, SessionOperations
@@ -102,6 +102,7 @@ def create_application(settings=None, store=None, image_runner=None):
         (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
         *jobs.routes(route),
         *usage.routes(route),
+        *presets.routes(route),
         (route("health"), HealthHandler),
     ]
     return web.Application(

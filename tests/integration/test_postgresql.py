@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from portal.core.profiles import MAX_REVISION
+from portal.presets import PresetError
 from portal.store import NotFound, ProfileStore
 from tests.support import REPO
 from tests.support.hubclient import HubClient, Portal
@@ -124,6 +125,14 @@ def test_the_tables_the_unit_tests_do_not_reach_round_trip(store):
     # the largest revision a form or the API may name is an INTEGER
     with pytest.raises(NotFound):
         store.revision("pytorch", MAX_REVISION)
+    # saved presets: a user's, then the published ones; a name once per owner
+    mine = store.save_preset("alice", "ResNet 4×V100 12 h", {"gpus": "4"}, "train", "alice")
+    store.save_preset("", "Course", {"hours": 2}, "", "carol")
+    assert [p["name"] for p in store.presets("alice")] == ["ResNet 4×V100 12 h", "Course"]
+    with pytest.raises(PresetError):
+        store.save_preset("alice", "ResNet 4×V100 12 h", {}, "", "alice")
+    store.delete_preset(mine["id"], "alice")
+    assert [p["name"] for p in store.presets("alice")] == ["Course"]
 
 
 def test_a_store_of_the_first_schema_with_rows_is_migrated_down_and_up(scratch):

@@ -52,6 +52,8 @@ def test_install_routes_replaces_and_adds_the_portals_handlers_once():
                 "print(pages['/spawn'], pages['/home'], api[r'/api/users/([^/]+)/server'])",
                 "print(pages[ours.EXTEND_ROUTE], pages[ours.GPUS_ROUTE], api[ours.PORT_ROUTE])",
                 "print(pages[ours.NOTICES_ROUTE], pages[ours.EXPECTED_ROUTE])",
+                "from spawners import presets as pr",
+                "print(pages[pr.ACTION_ROUTE], pages[pr.EDIT_ROUTE], api[pr.API_ITEM_ROUTE])",
                 "print(len(h.default_handlers) - len(before) + len(a.default_handlers))",
                 "print([r for r, *_ in a.default_handlers].count(ours.PORT_ROUTE))",
             ]
@@ -59,7 +61,8 @@ def test_install_routes_replaces_and_adds_the_portals_handlers_once():
     ) == [
         "PortalSpawnHandler", "PortalHomeHandler", "PortalUserServerAPIHandler",
         "SessionExtendHandler", "SessionGPUsHandler", "PortReportHandler",
-        "NoticesHandler", "ExpectedStartHandler", "4", "1",
+        "NoticesHandler", "ExpectedStartHandler",
+        "PresetActionHandler", "PresetEditHandler", "PresetAPI", "9", "1",
     ]  # fmt: skip
 
 
@@ -210,3 +213,24 @@ def test_a_cookies_user_comes_from_memory_while_it_is_still_that_users(monkeypat
     users.delete(alice)  # a deleted user's cookie finds no one, nor their name
     assert lookup(Handler(alice_cookie), "c") is None
     assert find(Handler(None), "alice") is None
+
+
+def test_a_preset_starts_through_the_spawn_handlers_own_steps():
+    """spawners.presets.PresetActionHandler.spawn_preset takes the steps of
+    JupyterHub 6.1.1's ``SpawnHandler._post`` with options of its own."""
+    from jupyterhub.handlers.pages import SpawnHandler
+
+    post = inspect.getsource(SpawnHandler._post)
+    for step in (
+        "self._check_named_server_request(user, server_name, display_name)",
+        "user.get_or_create_spawner(",
+        "pending_url = self._get_pending_url(user, server_name)",
+        "self._wrap_spawn_single_user(",
+    ):
+        assert step in post, step
+    assert list(inspect.signature(SpawnHandler._wrap_spawn_single_user).parameters) == [
+        "self", "user", "server_name", "display_name", "spawner", "pending_url", "options",
+    ]  # fmt: skip
+    assert list(inspect.signature(BaseHandler._check_named_server_request).parameters)[:4] == [
+        "self", "user", "server_name", "display_name",
+    ]  # fmt: skip
