@@ -129,6 +129,13 @@ def test_the_card_and_the_job_pages_name_the_partition_and_account(sleepers, ses
     page = alice.get(f"jobs/{job['id']}")
     assert page.status_code == 200 and shown in page.text
     assert shown in alice.get("jobs").text
+    # run again: the same partition, asked for again (a job recorded before
+    # issue 38 has none, and gets its profile's)
+    r = alice.send("POST", f"api/jobs/{job['id']}/rerun")
+    assert r.status_code == 201, r.text
+    again = r.json()
+    assert again["rerun_of"] == job["id"] and again["partition"] == profile["partition"]
+    subprocess.run(["scancel", again["id"]], check=False)
 
 
 def test_untyped_gpus_count_as_untyped_under_their_account(cluster, accounts, portal):
