@@ -143,3 +143,33 @@ def test_the_csv_has_a_column_per_model_and_per_account():
 def test_a_line_of_another_shape_is_left_out():
     eleven = "300|alice|portal-jupyter|COMPLETED|||2026-11-26T10:00:00|60|gres/gpu=1|00:00:01|8"
     assert usage.parse_rows(eleven, "portal-jupyter") == []
+
+
+# Verbatim from the demo's slurmdbd on its typed shape (demoshape's live test
+# jobs, 2026-11-28): sacct -a -n -P -o FIELDS, the extern steps left out.
+SLURMDBD = "\n".join([
+    '855|alice|portal-shape-ea126272|COMPLETED|2026-11-28T11:55:14|2026-11-28T11:55:15|2026-11-28T11:55:17|2|billing=1,cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.004|1|portal|',
+    '855.batch||batch|COMPLETED|2026-11-28T11:55:15|2026-11-28T11:55:15|2026-11-28T11:55:17|2|cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.002|1|portal|',
+    '856|alice|portal-shape-ea126272|COMPLETED|2026-11-28T11:55:14|2026-11-28T11:55:15|2026-11-28T11:55:17|2|billing=1,cpu=1,gres/gpu:v100-pcie=1,gres/gpu=1,mem=6G,node=1|00:00.004|1|portal|',
+    '856.batch||batch|COMPLETED|2026-11-28T11:55:15|2026-11-28T11:55:15|2026-11-28T11:55:17|2|cpu=1,gres/gpu:v100-pcie=1,gres/gpu=1,mem=6G,node=1|00:00.003|1|portal|',
+    '862|alice|portal-shape-ea126272|COMPLETED|2026-11-28T11:55:28|2026-11-28T11:55:28|2026-11-28T11:55:30|2|billing=1,cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.006|1|lab-vision|',
+    '862.batch||batch|COMPLETED|2026-11-28T11:55:28|2026-11-28T11:55:28|2026-11-28T11:55:30|2|cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.004|1|lab-vision|',
+    '864|alice|portal-shape-ea126272|COMPLETED|2026-11-28T11:55:31|2026-11-28T11:55:31|2026-11-28T11:55:33|2|billing=1,cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.005|1|portal|vision-course',
+    '864.batch||batch|COMPLETED|2026-11-28T11:55:31|2026-11-28T11:55:31|2026-11-28T11:55:33|2|cpu=1,gres/gpu:v100-sxm2=1,gres/gpu=1,mem=6G,node=1|00:00.004|1|portal|',
+])  # fmt: skip
+
+
+def test_slurmdbd_s_own_lines_give_each_job_its_model_account_and_reservation():
+    rows = usage.parse_rows(SLURMDBD, "portal-shape-ea126272")
+    data = usage.summary(rows, SINCE, datetime(2026, 11, 29), lambda user: ("g",))
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert {j: (v["gpu_models"], v["account"], v["reservation"]) for j, v in jobs.items()} == {
+        "855": ({"v100-sxm2": 1}, "portal", ""),
+        "856": ({"v100-pcie": 1}, "portal", ""),
+        "862": ({"v100-sxm2": 1}, "lab-vision", ""),
+        "864": ({"v100-sxm2": 1}, "portal", "vision-course"),
+    }  # fmt: skip
+    models = {m["gpu_model"]: m["gpus_asked"] for m in data["models"]}
+    assert models == {"v100-pcie": 1, "v100-sxm2": 3}
+    hours = {a["account"]: a["gpu_hours"] for a in data["accounts"]}
+    assert hours == {"lab-vision": round(2 / 3600, 3), "portal": round(6 / 3600, 3)}
