@@ -47,7 +47,7 @@ from portal.slurm import choices
 from portal.slurm import commands as slurm
 from portal.slurm.commands import as_user, job_path, run
 from portal.slurm.parse import SlurmError
-from portal.store import NotFound
+from portal.store import JOB_CHOICES, NotFound
 
 log = logging.getLogger("portal.notebookjobs")
 
@@ -280,6 +280,7 @@ class NotebookJobs:
                 hours=job_slice.hours, parameters=checked["parameters"],
                 sweep=checked["sweep"], tasks=tasks, kernel=checked["kernel"],
                 submitted_by=actor, rerun_of=rerun_of, notify=checked["notify"],
+                **recorded_choices(job_slice),
             )  # fmt: skip
         except Exception:  # a job nobody could see or cancel runs nowhere
             log.exception("Notebook job %s of %s could not be recorded: cancelling it",
@@ -293,6 +294,7 @@ class NotebookJobs:
         request.update(
             parameters=record["parameters"], sweep=record["sweep"], notify=record["notify"]
         )
+        request.update(rerun_choices(record))
         return await self.submit(record["user"], request, actor, rerun_of=record["id"])
 
     async def cancel(self, record):
@@ -412,6 +414,39 @@ class NotebookJobs:
                     self._seen[r["id"]] = (now, copy.deepcopy(r), copy.deepcopy(job))
             trim(self._seen, KEEP_SEEN)
         return [known[r["id"]] for r in records]
+
+
+def recorded_choices(job_slice):
+    """What the store keeps of a job's slice beside its GPUs, nodes and hours
+    (``portal.store.NotebookJob``): its partition and the site's choices
+    ("" for Slurm's default), and a job without GPUs' cores and memory.
+
+    >>> from portal.core.slice import Slice
+    >>> recorded_choices(Slice(2, 16, 96, 4, "sxm2", gpu_type="v100-sxm2", account="lab-nlp"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'partition': 'sxm2', 'gpu_type': 'v100-sxm2', 'account': 'lab-nlp', 'qos': '',
+     'reservation': '', 'feature': '', 'cores': 0, 'mem_gb': 0}
+    >>> recorded_choices(Slice(0, 4, 16, 1, "cpu"))["cores"]
+    4
+    """
+    chosen = {key: getattr(job_slice, key) for key in JOB_CHOICES}
+    if job_slice.cpu_only:
+        return chosen | {"cores": job_slice.cores, "mem_gb": job_slice.mem_gb}
+    return chosen | {"cores": 0, "mem_gb": 0}
+
+
+def rerun_choices(record):
+    """The request's site fields that ask again for what a job's record
+    (``recorded_choices``) ran with; none for a job recorded before them.
+
+    >>> rerun_choices({"partition": "cpu", "gpu_type": "", "account": "lab-nlp",
+    ...                "cores": 4, "mem_gb": 0})
+    {'partition': 'cpu', 'account': 'lab-nlp', 'cores': 4}
+    >>> rerun_choices({"profile": "pytorch"})
+    {}
+    """
+    keys = (*JOB_CHOICES, "cores", "mem_gb")
+    return {key: record[key] for key in keys if record.get(key)}
 
 
 def trim(seen, keep, older_than=None):

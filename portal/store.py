@@ -25,8 +25,9 @@ row of ``portal_time_extensions``: who asked, whose job, the limit before and
 after.
 
 Every notebook run as a Slurm job (``portal.notebookjobs``) is a row of
-``portal_notebook_jobs``: whose, which notebook, profile, slice and
-parameters; its state is Slurm's.
+``portal_notebook_jobs``: whose, which notebook, profile, slice (with the
+site's choices: partition, GPU model, account, QOS, reservation, node
+feature) and parameters; its state is Slurm's.
 
 Every saved preset (``portal.presets``) is a row of ``portal_presets``: its
 owner (a user, or "" for one an admin published for everyone), its name
@@ -108,6 +109,9 @@ ADDED_FIELDS = {
     "partitions": [], "gpu_types": [], "choose": [], "features": [], "max_cores": 0,
     "max_mem_gb": 0,
 }  # fmt: skip
+
+# The site's choices a notebook job keeps (its Slice's, ``NotebookJob``).
+JOB_CHOICES = ("partition", "gpu_type", "account", "qos", "reservation", "feature")
 
 
 class Base(DeclarativeBase):
@@ -254,6 +258,17 @@ class NotebookJob(Base):
     submitted_by = Column(String(255), nullable=False)  # the user, or an admin
     rerun_of = Column(String(32), nullable=True)
     notify = Column(Boolean, nullable=False, default=False, server_default=false())  # by mail
+    # the site's choices it ran with (issue 38): "" is Slurm's default (and
+    # the jobs submitted before: their profile's partition); cores and
+    # memory those of a job without GPUs (0: a GPU's slice, per node)
+    partition = Column(String(64), nullable=False, default="", server_default="")
+    gpu_type = Column(String(64), nullable=False, default="", server_default="")
+    account = Column(String(64), nullable=False, default="", server_default="")
+    qos = Column(String(64), nullable=False, default="", server_default="")
+    reservation = Column(String(64), nullable=False, default="", server_default="")
+    feature = Column(String(64), nullable=False, default="", server_default="")
+    cores = Column(Integer, nullable=False, default=0, server_default="0")
+    mem_gb = Column(Integer, nullable=False, default=0, server_default="0")
 
     def to_dict(self):
         return {
@@ -272,6 +287,9 @@ class NotebookJob(Base):
             "submitted_by": self.submitted_by,
             "rerun_of": self.rerun_of,
             "notify": bool(self.notify),
+            **{key: getattr(self, key) or "" for key in JOB_CHOICES},
+            "cores": self.cores or 0,
+            "mem_gb": self.mem_gb or 0,
         }
 
 

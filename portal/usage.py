@@ -6,7 +6,10 @@ From Slurm's accounting (one ``sacct`` of the portal's jobs, sessions and
 notebook jobs, that ran in the period): GPU-hours held (the allocation's
 ``gres/gpu`` × its elapsed time, clipped to the period), CPU efficiency
 (``TotalCPU`` of its steps over its cores × elapsed), queue waits (submit
-to start). From the portal's store: each job's profile (the sessions' and
+to start); GPU-hours by GPU model (the allocation's typed
+``gres/gpu:MODEL``, ``UNTYPED`` for GPUs Slurm gave no model) and by
+account (sacct's ``Account``), and each job's reservation. From the
+portal's store: each job's profile (the sessions' and
 the notebook jobs' records), the hours sessions idled before the culler
 stopped them. GPU busy share where NVML data exists (a notebook job's
 runner's samples, read as its user; a session's, the hub's samples of its
@@ -25,7 +28,11 @@ from portal.core.durations import slurm_time
 from portal.slurm.commands import accounted_jobs
 from portal.slurm.model import parse_time
 
-FIELDS = "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS"
+FIELDS = (
+    "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS,"
+    "Account,Reservation"
+)
+UNTYPED = "(untyped)"  # GPUs of an allocation that names no model (a cluster of untyped GRES)
 MAX_DAYS = 366
 
 
@@ -76,12 +83,39 @@ def cpu_seconds(text):
 
 
 def tres_gpus(tres):
-    """``gres/gpu=N`` of an AllocTRES text."""
+    """``gres/gpu=N`` of an AllocTRES text (or its typed GPUs', when only those are there).
+
+    >>> tres_gpus("cpu=8,gres/gpu:v100-sxm2=2,gres/gpu=2,mem=96G"), tres_gpus("cpu=8")
+    (2, 0)
+    """
+    return sum(tres_gpu_models(tres).values())
+
+
+def tres_gpu_models(tres):
+    """``{model: GPUs}`` of an AllocTRES text: its typed ``gres/gpu:MODEL=N``
+    (Slurm accounts a model where ``AccountingStorageTRES`` lists it), the
+    rest of ``gres/gpu=N`` as ``UNTYPED``.
+
+    >>> tres_gpu_models("billing=16,cpu=16,gres/gpu:v100-sxm2=2,gres/gpu=2,mem=96G,node=1")
+    {'v100-sxm2': 2}
+    >>> tres_gpu_models("cpu=8,gres/gpu=1,mem=48G"), tres_gpu_models("cpu=4,mem=16G")
+    ({'(untyped)': 1}, {})
+    >>> tres_gpu_models("gres/gpu:v100-pcie=1,gres/gpu:v100-sxm2=1,gres/gpu=3")
+    {'v100-pcie': 1, 'v100-sxm2': 1, '(untyped)': 1}
+    """
+    total, models = 0, {}
     for item in tres.split(","):
         key, _, value = item.partition("=")
-        if key == "gres/gpu" and value.isdigit():
-            return int(value)
-    return 0
+        if not value.isdigit():
+            continue
+        if key == "gres/gpu":
+            total = int(value)
+        elif key.startswith("gres/gpu:") and int(value):
+            model = key[len("gres/gpu:") :]
+            models[model] = models.get(model, 0) + int(value)
+    if total > sum(models.values()):
+        models[UNTYPED] = total - sum(models.values())
+    return models
 
 
 @dataclass
@@ -101,6 +135,9 @@ class Row:
     idle_seconds: int = 0
     gpu_busy: float | None = None
     extra: dict = field(default_factory=dict)
+    account: str = ""
+    reservation: str = ""
+    gpu_models: dict = field(default_factory=dict)  # {model: GPUs}, ``tres_gpu_models``
 
     def held(self, since, until):
         """Seconds the job held its allocation within [since, until)."""
@@ -116,9 +153,10 @@ def parse_rows(text, session_name):
     rows, steps = {}, defaultdict(float)
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) != 11:
+        if len(parts) != FIELDS.count(",") + 1:
             continue
-        job_id, user, name, state, submit, start, end, elapsed, tres, total, cpus = parts
+        job_id, user, name, state, submit, start, end, elapsed, tres, total, cpus = parts[:11]
+        account, reservation = parts[11:]
         if "." in job_id:
             steps[job_id.split(".")[0]] += cpu_seconds(total)
             continue
@@ -130,7 +168,8 @@ def parse_rows(text, session_name):
             state=state.split()[0] if state else "", submit=parse_time(submit),
             start=parse_time(start), end=parse_time(end), gpus=tres_gpus(tres),
             cpus=int(cpus) if cpus.isdigit() else 0, elapsed=int(elapsed),
-            cpu_seconds=cpu_seconds(total),
+            cpu_seconds=cpu_seconds(total), account=account, reservation=reservation,
+            gpu_models=tres_gpu_models(tres),
         )  # fmt: skip
     for job_id, row in rows.items():
         row.cpu_seconds = max(row.cpu_seconds, steps.get(job_id, 0.0))
@@ -145,16 +184,17 @@ async def accounted(job_name, since, until, user=None, timeout=60):
 
 
 def summary(rows, since, until, groups_of):
-    """The report: per user, group, profile and day (GPU-hours by group)."""
+    """The report: per user, group, profile, GPU model, account and day
+    (GPU-hours by group); each user's GPU-hours by model and by account."""
 
-    def totals(selected):
-        held = sum(r.held(since, until) * r.gpus for r in selected) / 3600
+    def totals(selected, gpus=lambda r: r.gpus):
+        held = sum(r.held(since, until) * gpus(r) for r in selected) / 3600
         # a running job's CPU time is accounted at its end: the ended ones only
         ended = [r for r in selected if r.state not in ("RUNNING", "PENDING", "REQUEUED")]
         core_seconds = sum(r.cpus * r.elapsed for r in ended)
         waits = [(r.start - r.submit).total_seconds() for r in selected if r.start and r.submit]
         busy = [r.gpu_busy for r in selected if r.gpu_busy is not None]
-        asked = sum(r.gpus for r in selected)
+        asked = sum(gpus(r) for r in selected)
         return {
             "sessions": sum(1 for r in selected if r.kind == "session"),
             "notebook_jobs": sum(1 for r in selected if r.kind != "session"),
@@ -169,10 +209,14 @@ def summary(rows, since, until, groups_of):
         }
 
     by_user, by_group, by_profile = defaultdict(list), defaultdict(list), defaultdict(list)
+    by_model, by_account = defaultdict(list), defaultdict(list)
     days = defaultdict(float)
     for r in rows:
         by_user[r.user].append(r)
         by_profile[r.profile or "(unknown)"].append(r)
+        by_account[r.account or "(none)"].append(r)
+        for model in r.gpu_models:
+            by_model[model].append(r)
         groups = groups_of(r.user)
         for group in groups:  # a user counts in each of their groups
             by_group[group].append(r)
@@ -181,13 +225,37 @@ def summary(rows, since, until, groups_of):
     return {
         "since": since.isoformat(timespec="seconds"),
         "until": until.isoformat(timespec="seconds"),
-        "users": [{"username": u, **totals(rs)} for u, rs in sorted(by_user.items())],
+        "users": [
+            {"username": u, **totals(rs), **held_by(rs, since, until)}
+            for u, rs in sorted(by_user.items())
+        ],
         "groups": [{"group": g, **totals(rs)} for g, rs in sorted(by_group.items())],
         "profiles": [{"profile": p, **totals(rs)} for p, rs in sorted(by_profile.items())],
+        "models": [
+            {"gpu_model": m, **totals(rs, lambda r, m=m: r.gpu_models[m])}
+            for m, rs in sorted(by_model.items())
+        ],
+        "accounts": [{"account": a, **totals(rs)} for a, rs in sorted(by_account.items())],
         "days": [
             {"day": d, "group": g, "gpu_hours": round(h, 3)} for (d, g), h in sorted(days.items())
         ],  # fmt: skip
         "jobs": [job_json(r) for r in sorted(rows, key=lambda r: r.submit or since)],
+    }
+
+
+def held_by(rows, since, until):
+    """``{"gpu_hours_by_model": {model: GPU-hours}, "gpu_hours_by_account":
+    {account: GPU-hours}}`` of ``rows`` within the period."""
+    models, accounts = defaultdict(float), defaultdict(float)
+    for r in rows:
+        hours = r.held(since, until) / 3600
+        for model, gpus in r.gpu_models.items():
+            models[model] += hours * gpus
+        if r.gpus:
+            accounts[r.account or "(none)"] += hours * r.gpus
+    return {
+        "gpu_hours_by_model": {m: round(h, 3) for m, h in sorted(models.items())},
+        "gpu_hours_by_account": {a: round(h, 3) for a, h in sorted(accounts.items())},
     }
 
 
@@ -209,7 +277,8 @@ def split_days(row, since, until):
 def job_json(r):
     return {
         "id": r.job_id, "user": r.user, "kind": r.kind, "profile": r.profile, "state": r.state,
-        "gpus": r.gpus, "cores": r.cpus, "elapsed": slurm_time(r.elapsed // 60),
+        "gpus": r.gpus, "gpu_models": dict(r.gpu_models), "account": r.account,
+        "reservation": r.reservation, "cores": r.cpus, "elapsed": slurm_time(r.elapsed // 60),
         "submit": r.submit.isoformat() if r.submit else None,
         "start": r.start.isoformat() if r.start else None,
         "cpu_efficiency": round(r.cpu_seconds / (r.cpus * r.elapsed), 3)
@@ -303,7 +372,9 @@ def cell(value):
 
 
 def as_csv(report):
-    """The users' and the jobs' tables as CSV text."""
+    """The users' table as CSV text: a row per user, then a column of
+    GPU-hours for each GPU model (``gpu_hours_model_MODEL``) and each
+    account (``gpu_hours_account_ACCOUNT``) of the report."""
     import csv
     import io
 
@@ -313,7 +384,17 @@ def as_csv(report):
         "username", "sessions", "notebook_jobs", "gpu_hours", "cpu_efficiency", "gpu_busy",
         "idle_hours_before_cull", "queue_wait_median_s", "gpus_asked",
     ]  # fmt: skip
-    writer.writerow(columns)
+    models = [m["gpu_model"] for m in report.get("models", [])]
+    accounts = [a["account"] for a in report.get("accounts", [])]
+    writer.writerow(
+        [*columns, *(cell(f"gpu_hours_model_{m}") for m in models),
+         *(cell(f"gpu_hours_account_{a}") for a in accounts)]
+    )  # fmt: skip
     for user in report["users"]:
-        writer.writerow([cell(user[c]) for c in columns])
+        by_model = user.get("gpu_hours_by_model", {})
+        by_account = user.get("gpu_hours_by_account", {})
+        writer.writerow(
+            [*(cell(user[c]) for c in columns), *(by_model.get(m, 0) for m in models),
+             *(by_account.get(a, 0) for a in accounts)]
+        )  # fmt: skip
     return out.getvalue()

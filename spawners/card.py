@@ -92,12 +92,31 @@ def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, l
         "state": job.state if job else ("UNKNOWN" if unknown else ""),
         "log": log,
         "time_left": "",
+        **site_choices(job, job_slice),
     }
     if job and job.end and job.running:
         left = int((job.end - datetime.now()).total_seconds() // 60)
         info["time_left"] = time_left(left) if left > 0 else "ending"
     info.update(extend)
     return info
+
+
+def site_choices(job, job_slice):
+    """The card's site choices (issue 38): the partition (Slurm's, once the
+    poll lists the job), the GPU model, account, QOS, reservation and node
+    feature the session asked for ("": Slurm's default; the account "" is
+    the user's default one).
+
+    >>> from portal.core.slice import Slice
+    >>> site_choices(None, Slice(1, 8, 48, 2, "sxm2", gpu_type="v100-sxm2", account="lab-nlp"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'partition': 'sxm2', 'gpu_model': 'v100-sxm2', 'account': 'lab-nlp', 'qos': '',
+     'reservation': '', 'feature': ''}
+    """
+    chosen = {key: getattr(job_slice, key, "") for key in ("account", "qos", "reservation",
+                                                          "feature")}  # fmt: skip
+    partition = (job.partition if job else "") or getattr(job_slice, "partition", "")
+    return {"partition": partition, "gpu_model": getattr(job_slice, "gpu_type", ""), **chosen}
 
 
 def extend_info(job, job_slice, profile, unavailable):

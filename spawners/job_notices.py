@@ -42,16 +42,22 @@ def as_job(job):
 
 
 def seen_counts(jobs):
-    """``{"counts": {(state, profile): n}, "gpus": GPUs held}`` of the jobs not ended."""
-    counts, gpus = {}, 0
+    """``{"counts": {(state, profile): n}, "gpus": GPUs held, "gpus_by":
+    {(GPU model, account): GPUs held}}`` of the jobs not ended (the model and
+    account the job asked for, "" for Slurm's default: ``spawners.metrics``)."""
+    counts, gpus, gpus_by = {}, 0, {}
     for job in jobs:
         if job["ended"]:
             continue
         key = (job["state"], job["profile"])
         counts[key] = counts.get(key, 0) + 1
         running = sum(1 for t in job["task_states"] if t["state"] in RUNNING)
-        gpus += running * job["gpus"] * job["nodes"]
-    return {"counts": counts, "gpus": gpus}
+        held = running * job["gpus"] * job["nodes"]
+        gpus += held
+        if held:
+            chosen = (job.get("gpu_type", ""), job.get("account", ""))
+            gpus_by[chosen] = gpus_by.get(chosen, 0) + held
+    return {"counts": counts, "gpus": gpus, "gpus_by": gpus_by}
 
 
 def ended_phrase(job):

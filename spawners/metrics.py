@@ -21,10 +21,12 @@ Counted as they happen, in the hub:
 
 Read at each scrape (``PortalCollector``):
 
-- ``portal_sessions{state,profile}``: sessions, pending or running;
+- ``portal_sessions{state,profile,gpu_model,account}``: sessions, pending
+  or running, by the GPU model and account they asked for;
 - ``portal_notebook_jobs{state,profile}``: notebook jobs not ended, as the
   jobs' notices last saw them (every 15 s);
-- ``portal_gpus_held{kind}``: GPUs held by running sessions and notebook jobs;
+- ``portal_gpus_held{kind,gpu_model,account}``: GPUs held by running
+  sessions and notebook jobs, by the GPU model and account they asked for;
 - ``portal_gpus_busy{kind="session"}``: GPUs of running sessions busy in
   the hub's latest samples of their NVML figures (``spawners.gpu_use``;
   sessions without a driver's figures count as none);
@@ -35,7 +37,12 @@ Read at each scrape (``PortalCollector``):
   (the hub's and the admin service's alike).
 
 No series has a user's name in it: the login node's Prometheus is readable
-by its local users.
+by its local users. ``gpu_model`` and ``account`` are "" for Slurm's default
+(no model asked; the user's default account) and for a session Slurm has
+not taken yet (no job id): the names come from Slurm, never from what a
+user typed (a session's or job's choice was checked against the site's
+catalog, ``portal.slurm.choices``, and taken by sbatch), so there are no
+more of them than the site's GPU models and accounts (``choice_labels``).
 """
 
 import logging
@@ -44,6 +51,7 @@ import time
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from portal.core.slice import SLURM_NAME_RE
 from portal.slurm import commands as slurm
 
 log = logging.getLogger("portal.metrics")
@@ -135,24 +143,28 @@ class PortalCollector:
 
     def collect(self):
         sessions = GaugeMetricFamily(
-            "portal_sessions", "Sessions by Slurm state and profile", labels=["state", "profile"]
-        )
+            "portal_sessions", "Sessions by Slurm state, profile, GPU model and account",
+            labels=["state", "profile", "gpu_model", "account"],
+        )  # fmt: skip
         gpus = GaugeMetricFamily(
-            "portal_gpus_held", "GPUs held by what runs, by kind", labels=["kind"]
-        )
-        counts, held = {}, 0
+            "portal_gpus_held", "GPUs held by what runs, by kind, GPU model and account",
+            labels=["kind", "gpu_model", "account"],
+        )  # fmt: skip
+        counts, held = {}, {("", ""): 0}
         for spawner in self.spawners():
             job_id = getattr(spawner, "job_id", "")
             job = self.poller.job(job_id) if job_id else None
             state = "running" if job and job.running else "pending"
             profile = spawner.profile.name if getattr(spawner, "profile", None) else ""
-            counts[(state, profile)] = counts.get((state, profile), 0) + 1
             job_slice = getattr(spawner, "job_slice", None)
+            chosen = choice_labels(job_slice, job_id)
+            counts[(state, profile, *chosen)] = counts.get((state, profile, *chosen), 0) + 1
             if state == "running" and job_slice:
-                held += job_slice.total_gpus
-        for (state, profile), n in sorted(counts.items()):
-            sessions.add_metric([state, profile], n)
-        gpus.add_metric(["session"], held)
+                held[chosen] = held.get(chosen, 0) + job_slice.total_gpus
+        for key, n in sorted(counts.items()):
+            sessions.add_metric(list(key), n)
+        for (model, account), n in sorted(held.items()):
+            gpus.add_metric(["session", model, account], n)
         jobs = GaugeMetricFamily(
             "portal_notebook_jobs", "Notebook jobs not ended, by state and profile",
             labels=["state", "profile"],
@@ -160,7 +172,9 @@ class PortalCollector:
         seen = self.job_notices.seen if self.job_notices else {}
         for (state, profile), n in sorted(seen.get("counts", {}).items()):
             jobs.add_metric([state.lower(), profile], n)
-        gpus.add_metric(["notebook_job"], seen.get("gpus", 0))
+        job_gpus = seen.get("gpus_by") or {("", ""): seen.get("gpus", 0)}
+        for (model, account), n in sorted(job_gpus.items()):
+            gpus.add_metric(["notebook_job", *slurm_names(model, account)], n)
         busy = GaugeMetricFamily(
             "portal_gpus_busy",
             "GPUs busy (utilisation above [culling] gpu_busy_percent) in the latest samples",
@@ -199,6 +213,29 @@ class PortalCollector:
             routes.add_metric(["missing"], last["missing"])
             routes.add_metric(["stale"], last["stale"])
         yield from (sessions, jobs, gpus, busy, age, extensions, refusals, routes)
+
+
+def choice_labels(job_slice, job_id):
+    """``(gpu_model, account)`` labels of a session: its slice's, once Slurm
+    took its job (``job_id``); ("", "") before, and for Slurm's defaults.
+
+    >>> from portal.core.slice import Slice
+    >>> typed = Slice(1, 8, 48, 1, "sxm2", gpu_type="v100-sxm2", account="lab-nlp")
+    >>> choice_labels(typed, "12"), choice_labels(typed, ""), choice_labels(None, "12")
+    (('v100-sxm2', 'lab-nlp'), ('', ''), ('', ''))
+    """
+    if not job_id or job_slice is None:
+        return "", ""
+    return slurm_names(getattr(job_slice, "gpu_type", ""), getattr(job_slice, "account", ""))
+
+
+def slurm_names(*values):
+    """Label values that have the shape of a name Slurm gave (``SLURM_NAME_RE``), else "".
+
+    >>> slurm_names("v100-sxm2", "lab nlp; x", None)
+    ('v100-sxm2', '', '')
+    """
+    return tuple(v if isinstance(v, str) and SLURM_NAME_RE.match(v) else "" for v in values)
 
 
 _collector = None  # the one registered in this process

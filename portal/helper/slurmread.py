@@ -104,7 +104,10 @@ NOTEBOOK_SUFFIX, CHECK_SUFFIX = "-notebook", "-check"
 # portal.usage: tests/unit/test_slurmread.py holds them equal).
 QUEUE_FORMAT = "%i|%u|%T|%N|%r|%S|%e|%b|%P|%l"
 TASK_FIELDS = "JobID,State,ExitCode,Submit,Start,End,Elapsed,NodeList,Reason"
-USAGE_FIELDS = "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS"
+USAGE_FIELDS = (
+    "JobID,User,JobName,State,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,AllocCPUS,"
+    "Account,Reservation"
+)
 SHARE_FIELDS = "Account,User,FairShare,GrpTRESRaw"
 
 # Every command line the helper runs, word by word; an UPPER word is a

@@ -1,5 +1,6 @@
 """The usage report on the admin service (``portal.usage`` does the work):
-``usage`` (the page, its charts drawn here as SVG, ``?format=csv``) and
+``usage`` (the page, its charts drawn here as SVG, its tables by user,
+group, profile, GPU model and account, ``?format=csv``) and
 ``api/usage?since=YYYY-MM-DD&until=YYYY-MM-DD`` (JSON). A portal admin sees
 every user, group and profile; a user, their own jobs alone."""
 
@@ -174,14 +175,19 @@ class UsagePage(UsageMixin, BaseHandler):
              "no CPU time" if u["cpu_efficiency"] is None else f"{u['cpu_efficiency']:.0%}")
             for u in report["users"]
         ]  # fmt: skip
-        profiles = [(p["profile"], p["gpu_hours"], f"{p['gpu_hours']:.2f} GPU-hours")
-                    for p in report["profiles"]]  # fmt: skip
         self.render_page(
             "usage.html", active="usage", report=report,
             since=report["since"][:10], until=self.get_argument("until", "") or "",
             days_chart=stacked_days(report["days"]), efficiency_chart=bars(efficiency),
-            profiles_chart=bars(profiles),
+            profiles_chart=bars(hours_bars(report["profiles"], "profile")),
+            models_chart=bars(hours_bars(report["models"], "gpu_model")),
+            accounts_chart=bars(hours_bars(report["accounts"], "account")),
         )  # fmt: skip
+
+
+def hours_bars(rows, key):
+    """``bars``' items of a table's GPU-hours (by profile, GPU model, account)."""
+    return [(r[key], r["gpu_hours"], f"{r['gpu_hours']:.2f} GPU-hours") for r in rows]
 
 
 def routes(route):

@@ -130,7 +130,9 @@ def test_a_spawn_is_counted_and_prometheus_answers_for_it(session, portal, prome
     count = re.search(r'^portal_spawn_duration_seconds_count\{profile="pytorch"\} (\S+)$', text,
                       re.M)  # fmt: skip
     assert count and float(count.group(1)) >= 1, text[:2000]
-    assert re.search(r'^portal_sessions\{profile="pytorch",state="running"\} 1\.0$', text, re.M)
+    # no GPU model or account asked: Slurm's defaults, ""
+    running = r'^portal_sessions\{account="",gpu_model="",profile="pytorch",state="running"\} 1\.0$'
+    assert re.search(running, text, re.M)
 
     deadline = time.monotonic() + 60
     while not (

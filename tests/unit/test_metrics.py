@@ -21,9 +21,9 @@ SETTINGS = {
 }
 
 
-def spawner(job_id, profile, gpus):
+def spawner(job_id, profile, gpus, **choices):
     job_slice = make_slice(gpus, 1, partition="gpu", max_gpus=4, cores_per_gpu=8,
-                           mem_per_gpu_gb=48, max_hours=24)  # fmt: skip
+                           mem_per_gpu_gb=48, max_hours=24, choices=choices)  # fmt: skip
     return SimpleNamespace(
         job_id=job_id, profile=SimpleNamespace(name=profile), job_slice=job_slice
     )
@@ -53,15 +53,42 @@ def test_the_collector_counts_sessions_gpus_jobs_and_the_polls_age():
     store = SimpleNamespace(extension_count=lambda: 7)
     spawners = [spawner("1", "pytorch", 2), spawner("2", "pytorch", 1), spawner("", "mxnet", 1)]
     text = scrape(metrics.PortalCollector(lambda: spawners, poller, notices, store))
-    assert 'portal_sessions{profile="pytorch",state="running"} 1.0' in text
-    assert 'portal_sessions{profile="pytorch",state="pending"} 1.0' in text
-    assert 'portal_sessions{profile="mxnet",state="pending"} 1.0' in text
-    assert 'portal_gpus_held{kind="session"} 2.0' in text  # the running one's
-    assert 'portal_gpus_held{kind="notebook_job"} 3.0' in text
+    default = 'account="",gpu_model=""'  # Slurm's defaults: no model, the user's account
+    assert f'portal_sessions{{{default},profile="pytorch",state="running"}} 1.0' in text
+    assert f'portal_sessions{{{default},profile="pytorch",state="pending"}} 1.0' in text
+    assert f'portal_sessions{{{default},profile="mxnet",state="pending"}} 1.0' in text
+    assert f'portal_gpus_held{{{default},kind="session"}} 2.0' in text  # the running one's
+    assert f'portal_gpus_held{{{default},kind="notebook_job"}} 3.0' in text
     assert 'portal_notebook_jobs{profile="pytorch",state="running"} 2.0' in text
     assert "portal_extensions_total 7.0" in text
     age = float(text.split("\nportal_poll_age_seconds ")[1].split()[0])
     assert 4 <= age < 60
+
+
+def test_sessions_and_gpus_held_are_labelled_by_gpu_model_and_account():
+    """Issue 38: the model and account a session or job asked for, once Slurm
+    took it; a name of no Slurm shape never becomes a label."""
+    jobs = {"1": SimpleNamespace(running=True), "2": SimpleNamespace(running=True)}
+    poller = SimpleNamespace(job=jobs.get, snapshot=SimpleNamespace(ok=False, started=0))
+    typed = [spawner("1", "pytorch", 2, gpu_type="v100-sxm2", account="lab-vision"),
+             spawner("2", "pytorch", 1, gpu_type="v100-sxm2", account="lab-vision"),
+             spawner("", "pytorch", 1, gpu_type="v100-pcie", account="lab-nlp")]  # fmt: skip
+    notices = SimpleNamespace(seen={
+        "counts": {("RUNNING", "pytorch"): 2}, "gpus": 3,
+        "gpus_by": {("v100-pcie", "lab-nlp"): 2, ("", "lab nlp; x"): 1},
+    })  # fmt: skip
+    store = SimpleNamespace(extension_count=lambda: 0)
+    text = scrape(metrics.PortalCollector(lambda: typed, poller, notices, store))
+    sxm2 = 'account="lab-vision",gpu_model="v100-sxm2"'
+    assert f'portal_sessions{{{sxm2},profile="pytorch",state="running"}} 2.0' in text
+    assert f'portal_gpus_held{{{sxm2},kind="session"}} 3.0' in text
+    # not submitted yet: Slurm has taken no name of it
+    assert 'portal_sessions{account="",gpu_model="",profile="pytorch",state="pending"} 1.0' in text
+    assert 'v100-pcie",kind="session"' not in text
+    pcie = 'account="lab-nlp",gpu_model="v100-pcie"'
+    assert f'portal_gpus_held{{{pcie},kind="notebook_job"}} 2.0' in text
+    assert 'portal_gpus_held{account="",gpu_model="",kind="notebook_job"} 1.0' in text
+    assert "lab nlp" not in text
 
 
 def test_a_poll_that_never_answered_has_no_age_rather_than_zero():

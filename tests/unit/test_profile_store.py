@@ -353,3 +353,48 @@ def test_reads_are_kept_until_the_database_changes_in_this_process_or_another(tm
     sql.clear()
     hub.profiles(), hub.notebook_jobs(user="alice")
     assert sql == []
+
+
+def test_a_notebook_job_keeps_the_site_choices_it_ran_with(tmp_path):
+    """Schema 0011's jobs gain the site's choices as Slurm's defaults (""), the
+    new ones keep theirs, and a rerun asks again for the same."""
+    from portal.core.slice import Slice
+    from portal.notebookjobs import recorded_choices, rerun_choices
+
+    old = ProfileStore(default_url(tmp_path))
+    old.upgrade("0011")
+    with old.engine.begin() as db:
+        db.exec_driver_sql(
+            "insert into portal_notebook_jobs (job_id, user, notebook, profile, gpus, nodes, "
+            "hours, parameters, sweep, tasks, kernel, submitted_at, submitted_by) values "
+            "('5', 'bob', 'a.ipynb', 'pytorch', 1, 1, 1, '{}', '{}', '[{}]', 'python3', "
+            "'2026-01-01 00:00:00', 'bob')"
+        )
+    store = ProfileStore(default_url(tmp_path))
+    store.upgrade()
+    before = store.notebook_job("5")
+    assert (before["partition"], before["gpu_type"], before["account"], before["cores"]) == (
+        "", "", "", 0,
+    )  # fmt: skip
+    assert rerun_choices(before) == {}  # the profile's partition, the user's default account
+    typed = Slice(2, 16, 96, 4, "sxm2", gpu_type="v100-sxm2", account="lab-vision",
+                  qos="vision", reservation="course")  # fmt: skip
+    store.record_notebook_job(**job("6", "alice"), **recorded_choices(typed))
+    kept = store.notebook_job("6")
+    assert {k: kept[k] for k in ("partition", "gpu_type", "account", "qos", "reservation")} == {
+        "partition": "sxm2", "gpu_type": "v100-sxm2", "account": "lab-vision", "qos": "vision",
+        "reservation": "course",
+    }  # fmt: skip
+    assert kept["feature"] == "" and (kept["cores"], kept["mem_gb"]) == (0, 0)
+    assert rerun_choices(kept) == {
+        "partition": "sxm2", "gpu_type": "v100-sxm2", "account": "lab-vision", "qos": "vision",
+        "reservation": "course",
+    }  # fmt: skip
+    cpu = Slice(0, 4, 16, 1, "cpu", account="lab-nlp")
+    store.record_notebook_job(**{**job("7", "carol"), "gpus": 0}, **recorded_choices(cpu))
+    assert rerun_choices(store.notebook_job("7")) == {
+        "partition": "cpu", "account": "lab-nlp", "cores": 4, "mem_gb": 16,
+    }  # fmt: skip
+    downgrade(store, "0011")  # and back down, and up again
+    store.upgrade()
+    assert store.notebook_job("6")["gpu_type"] == ""  # the column went with the downgrade

@@ -229,6 +229,32 @@ async def test_a_state_of_an_older_hub_loads(runner):
     assert s.gpu_indices == {"": "0-1"}
     s.ip = "vm"  # the job is not listed (yet): the card shows what the state has
     assert s.session_info()["nodes"] == [{"name": "vm", "gpus": "0-1"}]
+    # Slurm's defaults: no model asked, the user's default account
+    info = s.session_info()
+    assert (info["partition"], info["gpu_model"], info["account"], info["reservation"]) == (
+        "gpu", "", "", "",
+    )  # fmt: skip
+
+
+async def test_the_card_names_the_gpu_model_account_and_reservation(runner):
+    """Issue 38: the site's choices of the session, as its state keeps them."""
+    s = spawner("unit-site-card")
+    s.load_state(
+        {
+            "job_id": "4343",
+            "slice": {"gpus": 1, "cores": 8, "mem_gb": 48, "hours": 2, "partition": "sxm2",
+                      "gpu_type": "v100-sxm2", "account": "lab-vision", "qos": "vision",
+                      "reservation": "course", "feature": "nvlink"},
+            "gpu_indices": {"n1": "0"},
+        }
+    )  # fmt: skip
+    s.ip = "n1"
+    info = s.session_info()
+    assert {k: info[k] for k in ("partition", "gpu_model", "account", "qos", "reservation",
+                                 "feature")} == {
+        "partition": "sxm2", "gpu_model": "v100-sxm2", "account": "lab-vision", "qos": "vision",
+        "reservation": "course", "feature": "nvlink",
+    }  # fmt: skip
 
 
 async def test_no_squeue_runs_while_the_hub_checks_a_server_it_saw_running(runner):
