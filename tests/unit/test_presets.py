@@ -157,7 +157,7 @@ def test_the_migration_adds_the_table_to_a_store_of_before(tmp_path):
     old = ProfileStore(default_url(tmp_path))
     old.upgrade("0011")  # a store of before presets
     assert "portal_presets" not in inspect(old.engine).get_table_names()
-    old.upgrade()
+    old.upgrade("0012")
     assert old.schema() == "0012"
     assert old.save_preset("ann", "a", {}, "", "ann")["id"] == 1
 
