@@ -94,7 +94,24 @@ def partition_refusal(profile, job_slice, partitions, catalog=None):
             f"No node of partition {partition.name} has the feature {job_slice.feature}",
             "feature",
         )
+    if job_slice.gpus and job_slice.feature:
+        # the feature's nodes must hold the GPUs (of the model) on one node
+        nodes = [n for n in partition.nodes if job_slice.feature in getattr(n, "features", ())]
+        most = max((_gpus_of(n, model) for n in nodes), default=0)
+        if job_slice.gpus > most:
+            return (
+                f"No node of partition {partition.name} with the feature {job_slice.feature} "
+                f"has {job_slice.gpus} {model + ' ' if model else ''}GPUs (at most {most})",
+                "feature",
+            )
     return "", ""
+
+
+def _gpus_of(node, model=""):
+    """The GPUs of ``model`` (any model: "") a node has."""
+    if not model:
+        return node.gpus
+    return sum(total for t, total, _used in getattr(node, "gpu_types", ()) if t == model)
 
 
 def accounting_refusal(job_slice, catalog, user, now, groups=()):
@@ -184,10 +201,18 @@ def reservation_nodes_refusal(job_slice, catalog, partitions):
     partition = partitions.get(job_slice.partition)
     if held is None or partition is None or not held.nodes:
         return ""
-    if not set(held.nodes) & {n.name for n in partition.nodes}:
+    nodes = [n for n in partition.nodes if n.name in held.nodes]
+    if not nodes:
         return (
             f"Reservation {held.name} holds {', '.join(held.nodes)}, none of partition "
             f"{partition.name}"
+        )
+    most = max(_gpus_of(n, job_slice.gpu_type) for n in nodes)
+    if job_slice.gpus > most:
+        model = f"{job_slice.gpu_type} " if job_slice.gpu_type else ""
+        return (
+            f"Reservation {held.name}'s nodes ({', '.join(held.nodes)}) have at most "
+            f"{most} {model}GPUs each, not {job_slice.gpus}"
         )
     return ""
 

@@ -1,0 +1,134 @@
+"""What the spawn page offers and what a spawn is refused (issue 38), from
+the reshaped demo cluster's own Slurm 22.05.8 output (tests/unit/slurm_2205
+shape_*): ``portal.slurm.choices.offer`` shows disabled, with its reason,
+what ``check`` refuses, naming the field."""
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from portal.core.profiles import profile_from_dict
+from portal.core.slice import SliceError
+from portal.slurm import choices
+from portal.slurm.model import SiteCatalog
+from portal.slurm.parse import (
+    parse_associations,
+    parse_default_accounts,
+    parse_partition_policies,
+    parse_qos,
+    parse_reservations,
+    parse_shares,
+    parse_sinfo,
+)
+
+OUTPUT = Path(__file__).parent / "slurm_2205"
+NOW = datetime(2026, 11, 28, 12, 30)
+SITE = profile_from_dict({
+    "name": "pytorch-site", "display_name": "PyTorch site", "environment": "pytorch",
+    "partition": "gpu", "partitions": ["sxm2", "pcie", "cpu"],
+    "choose": ["account", "qos", "reservation", "feature"], "max_gpus": 4, "max_cores": 16,
+    "max_mem_gb": 64,
+})  # fmt: skip
+
+
+def shape(name):
+    return (OUTPUT / f"shape_{name}.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    catalog = SiteCatalog(
+        associations=parse_associations(shape("assoc")),
+        default_accounts=parse_default_accounts(shape("users")),
+        qos=parse_qos(shape("qos")),
+        shares=parse_shares(shape("sshare")),
+        reservations=parse_reservations(shape("reservations")),
+        partitions=parse_partition_policies(shape("partitions")),
+    )
+    return parse_sinfo(shape("sinfo")), catalog
+
+
+def check(cluster, user, groups=(), **options):
+    partitions, catalog = cluster
+    gpus = options.pop("gpus", 1)
+    job_slice = SITE.make_slice(gpus, 2, None, options.pop("partition", None), **options)
+    job_slice = choices.complete(job_slice, catalog, user)
+    choices.check(SITE, job_slice, partitions, catalog, user, NOW, groups)
+    return job_slice
+
+
+@pytest.mark.parametrize(
+    "user, options, field, message",
+    [
+        ("alice", {"partition": "pcie", "gpu_type": "v100-sxm2"}, "gpu_type",
+         "GPU model v100-sxm2 is not on partition pcie (models there: v100-pcie)"),
+        ("bob", {"account": "lab-vision"}, "account",
+         "You have no association with account lab-vision"),
+        ("bob", {"partition": "sxm2", "reservation": "vision-course"}, "reservation",
+         "Reservation vision-course is not open to you"),
+        ("bob", {"partition": "pcie", "account": "lab-nlp", "qos": "nlp"}, "qos",
+         "Partition pcie denies QOS nlp"),
+        ("alice", {"partition": "cpu", "gpus": 1}, "gpus",
+         "Partition cpu has no GPUs: choose no GPU there, or a partition with GPUs"),
+        ("alice", {"partition": "gpu", "gpus": 0}, "partition",
+         "A session without GPUs runs on a partition without GPUs (cpu), not gpu"),
+        ("alice", {"partition": "pcie", "reservation": "vision-course"}, "reservation",
+         "Reservation vision-course holds n3, none of partition pcie"),
+        ("alice", {"partition": "sxm2", "gpu_type": "v100-sxm2", "gpus": 4, "feature": "course"},
+         "feature", "No node of partition sxm2 with the feature course has 4 v100-sxm2 GPUs "
+         "(at most 2)"),
+        ("alice", {"partition": "sxm2", "gpus": 4, "reservation": "vision-course"},
+         "reservation", "Reservation vision-course's nodes (n3) have at most 2 GPUs each, not 4"),
+        ("bob", {"partition": "pcie", "account": "lab-nlp"}, "qos",
+         "Partition pcie denies QOS nlp"),  # the association's usual QOS, named or not
+    ],
+)  # fmt: skip
+def test_what_slurm_would_refuse_is_refused_naming_the_field(
+    cluster, user, options, field, message
+):
+    with pytest.raises(SliceError) as e:
+        check(cluster, user, **options)
+    assert e.value.field == field, e.value
+    if message:
+        assert str(e.value) == message
+
+
+def test_what_fits_passes_and_a_cpu_session_gets_the_cpu_qos(cluster):
+    assert check(cluster, "alice", partition="sxm2", gpu_type="v100-sxm2").gres == (
+        "gpu:v100-sxm2:1"
+    )
+    cpu = check(cluster, "alice", partition="cpu", gpus=0, cores=4, mem_gb=8)
+    assert (cpu.qos, cpu.gres, cpu.cores) == ("cpu", "", 4)  # named by the portal
+    assert check(cluster, "alice", partition="sxm2", reservation="vision-course").reservation
+    assert check(cluster, "carol", account="lab-nlp").account == "lab-nlp"
+    assert check(cluster, "alice").qos == ""  # the usual QOS fits: Slurm's default stands
+
+
+def test_the_page_offers_each_model_and_shows_what_it_refuses_disabled(cluster):
+    partitions, catalog = cluster
+    offer = choices.offer(SITE, partitions, catalog, "bob", NOW, gpu_memory={"v100-sxm2": 32})
+    parts = {p["name"]: p for p in offer["partitions"]}
+    assert [(m["type"], m["free"], m["total"], m["memory_gb"]) for m in parts["gpu"]["models"]] == [
+        ("v100-pcie", 4, 4, None), ("v100-sxm2", 3, 4, 32),
+    ]  # fmt: skip
+    assert parts["cpu"]["gpus"] is False and parts["cpu"]["cores"] == 16
+    assert [a["name"] for a in offer["accounts"]] == ["portal", "lab-nlp"]
+    nlp_on_pcie = {q["name"]: q["reason"] for q in offer["qos"]["lab-nlp"]["pcie"]}
+    assert nlp_on_pcie["nlp"] == "Partition pcie denies QOS nlp"
+    ((course,),) = [[r for r in offer["reservations"] if r["name"] == "vision-course"]]
+    assert course["reasons"]["sxm2"] == "Reservation vision-course is not open to you"
+    alice = choices.offer(SITE, partitions, catalog, "alice", NOW, last={"account": "lab-vision"})
+    assert [a["name"] for a in alice["accounts"]] == ["lab-vision", "portal"]  # the last first
+    ((course,),) = [[r for r in alice["reservations"] if r["name"] == "vision-course"]]
+    assert course["reasons"]["sxm2"] == "" and course["reasons"]["pcie"].startswith("Its nodes")
+
+
+def test_without_a_catalog_a_named_account_waits_and_plain_choices_pass(cluster):
+    partitions, _ = cluster
+    job_slice = SITE.make_slice(1, 2, None, "sxm2", account="lab-vision")
+    with pytest.raises(SliceError) as e:
+        choices.check(SITE, job_slice, partitions, None, "alice", NOW)
+    assert e.value.field == "account" and "not read yet" in str(e.value)
+    plain = SITE.make_slice(1, 2, None, "pcie", gpu_type="v100-pcie")
+    choices.check(SITE, plain, partitions, None, "alice", NOW)
