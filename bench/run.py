@@ -465,10 +465,13 @@ def page_rpc_figures(figures, portal, accounts, count, duration):
     load asks Slurm nothing, so the two stay within the poll's own rate.
     ``slurm_rpcs_pages_vs_1_user``: the total of ``count`` users' over one's."""
     rates = {}
+    # a whole catalog interval each (120 s: the squeue's 15 s and sinfo's 30 s
+    # divide it), so that each window holds the same periodic reads
+    window = max(duration, site_settings.load()["slurm"]["catalog_interval"])
     for users_now in (1, count):
         chosen = {n: accounts[n] for n in sorted(accounts)[:users_now]}
         before, began = measure.rpc_counts(), time.monotonic()
-        _timings, failures = load.hub_latency(portal, chosen, duration, think=load.THINK)
+        _timings, failures = load.hub_latency(portal, chosen, window, think=load.THINK)
         if failures:
             raise RuntimeError(f"{len(failures)} page requests failed, e.g. {failures[:5]}")
         rates[users_now] = measure.rpc_rates(before, measure.rpc_counts(), time.monotonic() - began)

@@ -106,6 +106,10 @@ class SlurmPoller:
         self._task = None
         self._cluster_task = None
         self._catalog_task = None
+        self._pages_task = None
+        self._pages_seen = -float("inf")  # monotonic time a spawn page last asked
+        self._pages_age = 0.0  # the age it asked for (form_sinfo_age)
+        self._pages_wake = asyncio.Event()
         self._catalog_inflight = None
         self._catalog_started = -float("inf")  # monotonic time the last read began
         self._warned_unknown = False
@@ -127,6 +131,8 @@ class SlurmPoller:
             self._cluster_task = asyncio.ensure_future(self._cluster_loop())
         if self._catalog_task is None or self._catalog_task.done():
             self._catalog_task = asyncio.ensure_future(self._catalog_loop())
+        if self._pages_task is None or self._pages_task.done():
+            self._pages_task = asyncio.ensure_future(self._pages_loop())
 
     async def _loop(self):
         """squeue at a steady cadence: every ``interval`` from the start of the
@@ -151,6 +157,26 @@ class SlurmPoller:
                 log.exception("Slurm cluster poll failed")
             self._cluster_wake.clear()
             await self._sleep(self._cluster_wake, self.cluster_interval)
+
+    async def _pages_loop(self):
+        """sinfo (and the QOS use read beside it) every 0.8 of the age the
+        spawn page asks for, while a page was rendered within the last
+        ``cluster_interval``: one user or two hundred on the page cost Slurm
+        the same (issue 38), and a page never waits for sinfo under use."""
+        while True:
+            self._pages_wake.clear()
+            idle = time.monotonic() - self._pages_seen > self.cluster_interval
+            if idle or self._pages_age <= 0:
+                await self._pages_wake.wait()
+                continue
+            due = self._sinfo_started + 0.8 * self._pages_age - time.monotonic()
+            if due > 0:
+                await self._sleep(self._pages_wake, due)
+                continue
+            try:
+                await self._refresh_partitions()
+            except Exception:
+                log.exception("Slurm cluster poll failed")
 
     async def _catalog_loop(self):
         """The site's catalog, for every user at once, ``catalog_interval``
@@ -283,17 +309,16 @@ class SlurmPoller:
         """Make ``partitions`` what an sinfo begun at most ``max_age`` seconds
         ago saw (a node that went down shows on the next spawn page, not after
         ``cluster_interval``), waiting at most ``timeout`` seconds; the last
-        known state otherwise. Concurrent callers share one sinfo. One past
-        half ``max_age`` is read anew meanwhile, for the pages after."""
-        age = time.monotonic() - self._sinfo_started
-        if age <= max_age:
-            if age > max_age / 2:
-                # read anew ahead of time, not awaited: under steady use no
-                # page waits for sinfo, and each still sees one at most
-                # max_age old
-                self._refresh_partitions()
-            return
+        known state otherwise. Concurrent callers share one sinfo. While
+        pages are rendered, the pages' loop reads it every 0.8 ``max_age``
+        (``_pages_loop``), whatever the number of users: no page waits."""
+        now = time.monotonic()
+        if now - self._pages_seen > self.cluster_interval or self._pages_age != max_age:
+            self._pages_wake.set()  # the pages' loop keeps it fresh from now on
+        self._pages_seen, self._pages_age = now, max_age
         self.ensure_running()
+        if now - self._sinfo_started <= max_age:
+            return
         try:
             await asyncio.wait_for(asyncio.shield(self._refresh_partitions()), timeout)
         except TimeoutError:

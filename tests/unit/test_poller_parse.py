@@ -140,7 +140,11 @@ def test_a_node_that_is_down_or_not_responding_offers_no_free_gpus(state, availa
     assert node.gpus_free == (3 if available else 0)
 
 
-def test_the_spawn_pages_sinfo_is_read_anew_ahead_of_time_without_waiting(monkeypatch):
+def test_the_spawn_pages_sinfo_costs_the_same_for_one_user_or_fifty(monkeypatch):
+    """While spawn pages are rendered, the pages' loop reads sinfo every 0.8
+    of the age they ask for, however many pages there are; a page waits only
+    for the first, and the reads stop once no page asked for
+    ``cluster_interval`` (issue 38: 200 users cost Slurm what one does)."""
     import asyncio
 
     from portal.slurm import commands
@@ -149,26 +153,37 @@ def test_the_spawn_pages_sinfo_is_read_anew_ahead_of_time_without_waiting(monkey
 
     async def partitions(timeout):  # Slurm's sinfo, faked in this unit test only
         reads.append(time.monotonic())
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.01)
         return {}
 
-    async def run():
-        poller = SlurmPoller("unit-test-ahead")
+    async def browse(users):
+        poller = SlurmPoller(f"unit-test-pages-{users}", cluster_interval=0.5)
         monkeypatch.setattr(commands, "partitions", partitions)
-        monkeypatch.setattr(poller, "ensure_running", lambda: None)
         monkeypatch.setattr(poller.quotas, "refresh", lambda: asyncio.sleep(0))
         monkeypatch.setattr(poller, "write_snapshot", lambda: None)
-        await poller.partitions_since(5.0, timeout=2.0)  # none yet: waits for one
+
+        def pages_only():
+            if poller._pages_task is None:
+                poller._pages_task = asyncio.ensure_future(poller._pages_loop())
+
+        monkeypatch.setattr(poller, "ensure_running", pages_only)
+        reads.clear()
+        await poller.partitions_since(0.25, timeout=2.0)  # none yet: waits for one
         assert len(reads) == 1
-        await poller.partitions_since(5.0, timeout=2.0)  # fresh: nothing
-        assert len(reads) == 1
-        poller._sinfo_started -= 3.0  # past half its age: read anew, not awaited
-        await poller.partitions_since(5.0, timeout=2.0)
-        assert not poller._sinfo_inflight.done()  # the page did not wait for it
-        await asyncio.sleep(0)  # the read begins
-        assert len(reads) == 2
-        await poller.partitions_since(5.0, timeout=2.0)  # shares the read under way
-        await asyncio.sleep(0.1)
-        assert len(reads) == 2 and time.monotonic() - poller._sinfo_started < 1.0
+        for _ in range(8):  # 1.2 s of browsing
+            for _ in range(users):
+                await poller.partitions_since(0.25, timeout=2.0)
+            await asyncio.sleep(0.15)
+        browsing = len(reads)
+        await asyncio.sleep(1.0)  # no page for two cluster intervals: no read
+        idle = len(reads) - browsing
+        poller._pages_task.cancel()
+        return browsing, idle
+
+    async def run():
+        one, idle_one = await browse(1)
+        fifty, idle_fifty = await browse(50)
+        assert abs(fifty - one) <= 1 and 4 <= one <= 8, (one, fifty)
+        assert idle_one <= 2 and idle_fifty <= 2  # the last reads, then none
 
     asyncio.run(run())
