@@ -156,6 +156,7 @@ def test_a_cpu_session_runs_with_no_gpu_under_the_qos_the_portal_names(site_prof
         assert "cpu=4" in shown["TRES"].split(","), shown["TRES"]
         options = alice.user_model("alice")["servers"][""]["user_options"]
         assert options["gpus"] == 0 and options["partition"] == "cpu", options
+        assert not options.get("qos"), options  # the user named none: the portal did
     finally:
         stop(alice, "alice")
     tres, _account, qos = sacct_record(job)
