@@ -133,12 +133,14 @@ class PortalSpawner(
         would refuse it (``choices.complete``); SliceError naming the field
         when the site's Slurm would refuse it or never start it
         (``choices.check``). The catalog of accounts is awaited (2 s at
-        most) when none was read yet and the slice needs it (an account, QOS
-        or reservation named, or no GPU)."""
+        most), and the first sinfo, when none was read yet and the slice
+        needs them (a choice of the site's, another partition, or no GPU)."""
         poller = self.poller
+        chosen = job_slice.choices() or job_slice.partition != profile.partition
+        if chosen and not poller.partitions:  # a hub just started: its first sinfo
+            await poller.partitions_since(self.form_sinfo_age, timeout=2.0)
         catalog = poller.catalog
-        needs = {"account", "qos", "reservation"} & set(job_slice.choices())
-        if catalog is None and (needs or job_slice.cpu_only):
+        if catalog is None and (chosen or job_slice.cpu_only):
             catalog = await poller.catalog_since(self.catalog_max_age, timeout=2.0)
         groups = self.check_account()
         job_slice = choices.complete(job_slice, catalog, self.user.name)
