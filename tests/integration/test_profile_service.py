@@ -27,6 +27,7 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
     profiles = portal("carol").get("api/profiles").json()
     assert [p["name"] for p in profiles] == [
         "pytorch", "tensorflow", "vision", "distributed", "pytorch-image", "tensorflow-image",
+        "pytorch-site",
     ]  # fmt: skip
     pytorch = profiles[0]
     assert pytorch["max_gpus"] == 4 and pytorch["cores_per_gpu"] == 8
@@ -104,6 +105,7 @@ def test_non_admins_read_what_is_offered_and_change_nothing(portal):
         "distributed",
         "pytorch-image",
         "tensorflow-image",
+        "pytorch-site",
     ]
     assert "vision" in [p["name"] for p in alice.get("api/profiles").json()]
     assert bob.get("api/profiles/vision").status_code == 404
