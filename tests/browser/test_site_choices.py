@@ -20,6 +20,17 @@ def options(page, select):
     )
 
 
+def shot_listed(page, shot, name, *selects):
+    """A screenshot with ``selects`` drawn as open lists (a closed select
+    shows one option), then closed again."""
+    unfold = "(s, on) => { s.size = on ? s.options.length : 0; }"
+    for select in selects:
+        page.locator(select).evaluate(unfold, True)
+    shot(page, name)
+    for select in selects:
+        page.locator(select).evaluate(unfold, False)
+
+
 def watch_errors(page):
     """The page's JavaScript errors and console errors, as they come."""
     errors = []
@@ -61,13 +72,13 @@ def test_models_and_accounts_as_the_site_has_them(page, browser_login, hub, shot
         assert re.match(rf"{model}: \d+ of 4 free, \d+ on one node, \d+ GB each$", models[model])
     accounts = [v for v, _, _ in options(page, "#account")]
     assert sorted(accounts) == ["lab-nlp", "lab-vision", "portal"]
-    shot(page, "site-choices-models-carol")
+    shot_listed(page, shot, "site-choices-models-carol", "#gpu_type", "#account")
 
     page.context.clear_cookies()
     site_page(page, browser_login, "bob")
     accounts = [v for v, _, _ in options(page, "#account")]
     assert sorted(accounts) == ["lab-nlp", "portal"]
-    shot(page, "site-choices-accounts-bob")
+    shot_listed(page, shot, "site-choices-accounts-bob", "#account")
     assert errors == []
 
 
@@ -78,14 +89,14 @@ def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, sh
     held = [(t, off) for v, t, off in options(page, "#reservation") if v == "vision-course"]
     assert held in ([], [(held[0][0], True)]), held
     if held:
-        assert "not available (" in held[0][0]
-    shot(page, "site-choices-reservation-bob")
+        assert "not available (Reservation vision-course is not open to you)" in held[0][0]
+    shot_listed(page, shot, "site-choices-reservation-bob", "#reservation")
 
     page.select_option("#partition", "pcie")
     page.select_option("#account", "lab-nlp")
     [(text, disabled)] = [(t, off) for v, t, off in options(page, "#qos") if v == "nlp"]
     assert disabled and "Partition pcie denies QOS nlp" in text, text
-    shot(page, "site-choices-qos-denied-bob")
+    shot_listed(page, shot, "site-choices-qos-denied-bob", "#qos")
 
     page.context.clear_cookies()
     site_page(page, browser_login, "alice")
@@ -93,14 +104,16 @@ def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, sh
     [(text, disabled)] = [(t, off) for v, t, off in options(page, "#reservation")
                           if v == "vision-course"]  # fmt: skip
     assert not disabled, text
+    page.select_option("#account", "lab-vision")
     page.select_option("#reservation", "vision-course")
     page.select_option("#gpus", "1")
-    shot(page, "site-choices-reservation-alice")
+    shot_listed(page, shot, "site-choices-reservation-alice", "#reservation")
     assert errors == []
     job = start_and_stop(page, hub, "alice", shot, "site-choices-reservation-running")
     assert job["Reservation"] == "vision-course"
     assert job["NodeList"] == "n3"
     assert job["Partition"] == "sxm2"
+    assert job["Account"] == "lab-vision"
 
 
 def test_a_session_without_gpus(page, browser_login, hub, shot):
@@ -112,7 +125,7 @@ def test_a_session_without_gpus(page, browser_login, hub, shot):
     page.fill("#cores", "2")
     page.fill("#mem_gb", "4")
     expect(page.locator("#slice")).to_contain_text("No GPU: 2 cores + 4 GB, partition cpu")
-    shot(page, "site-choices-cpu")
+    shot_listed(page, shot, "site-choices-cpu", "#partition", "#gpus")
     assert errors == []
     job = start_and_stop(page, hub, "carol", shot, "site-choices-cpu-running")
     assert job["Partition"] == "cpu"

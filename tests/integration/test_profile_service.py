@@ -36,6 +36,7 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
         "name", "display_name", "description", "environment", "partition", "max_gpus",
         "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
         "idle_minutes", "groups", "enabled", "image", "user_images", "revision", "max_array",
+        "partitions", "gpu_types", "choose", "features", "max_cores", "max_mem_gb",
     }  # fmt: skip
     assert pytorch["image"] == "" and pytorch["user_images"] is False
 
