@@ -27,6 +27,7 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
     profiles = portal("carol").get("api/profiles").json()
     assert [p["name"] for p in profiles] == [
         "pytorch", "tensorflow", "vision", "distributed", "pytorch-image", "tensorflow-image",
+        "pytorch-site",
     ]  # fmt: skip
     pytorch = profiles[0]
     assert pytorch["max_gpus"] == 4 and pytorch["cores_per_gpu"] == 8
@@ -35,6 +36,7 @@ def test_profiles_are_seeded_from_the_site_settings(portal):
         "name", "display_name", "description", "environment", "partition", "max_gpus",
         "max_nodes", "cores_per_gpu", "mem_per_gpu_gb", "default_hours", "max_hours",
         "idle_minutes", "groups", "enabled", "image", "user_images", "revision", "max_array",
+        "partitions", "gpu_types", "choose", "features", "max_cores", "max_mem_gb",
     }  # fmt: skip
     assert pytorch["image"] == "" and pytorch["user_images"] is False
 
@@ -104,6 +106,7 @@ def test_non_admins_read_what_is_offered_and_change_nothing(portal):
         "distributed",
         "pytorch-image",
         "tensorflow-image",
+        "pytorch-site",
     ]
     assert "vision" in [p["name"] for p in alice.get("api/profiles").json()]
     assert bob.get("api/profiles/vision").status_code == 404

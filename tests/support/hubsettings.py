@@ -45,6 +45,21 @@ max_gpus = 4
 max_nodes = 2
 """
 
+# The profile of the site's choices (issue 38; deploy/portal.toml has the
+# same): a GPU model per partition, a CPU partition, accounts, QOS, a
+# reservation and node features to choose from.
+SITE_PROFILE = """
+[[profiles]]
+name = "pytorch-site"
+display_name = "PyTorch: your GPU model, account and reservation"
+environment = "pytorch"
+partitions = ["sxm2", "pcie", "cpu"]
+choose = ["account", "qos", "reservation", "feature"]
+max_gpus = 4
+max_cores = 16
+max_mem_gb = 64
+"""
+
 # The container profiles (deploy/portal.toml has the same): the images that
 # `make up` and `make test` build (deploy/images.py ensure).
 IMAGE_PROFILES = """

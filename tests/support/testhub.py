@@ -15,6 +15,7 @@ from tests.support.hubsettings import (
     DISTRIBUTED_PROFILE,
     IMAGE_PROFILES,
     PYTORCH_PROFILE,
+    SITE_PROFILE,
     hub_settings,
 )
 
@@ -71,6 +72,7 @@ groups = ["vision"]
 """
     + DISTRIBUTED_PROFILE
     + IMAGE_PROFILES
+    + SITE_PROFILE
 )
 
 
