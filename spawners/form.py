@@ -282,6 +282,7 @@ def render_options_form(
         # a link's values alone: what it leaves out takes the profile's defaults
         last = link
     profiles = offered_choices(offered, poller.partitions, poller.expected_start, quotas, site)
+    catalog = getattr(poller, "catalog", None)
     chosen, current, values = chosen_values(profiles, last)
     return _html.get_template("form.html.j2").render(
         profiles=profiles,
@@ -297,6 +298,10 @@ def render_options_form(
         link_notes=link_notes(link, current, values) if link else [],
         last=last,
         partitions=sorted(poller.partitions.values(), key=lambda part: part.name),
+        # partitions whose own QOS allows no GPU: their GPUs are not offered
+        cpu_partitions={
+            name for name in poller.partitions if catalog is not None and catalog.cpu_only(name)
+        },
         cluster_error=poller.cluster_error,
         known=bool(poller.partitions),
     )

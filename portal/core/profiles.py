@@ -257,7 +257,8 @@ def _names(data, key, pattern, what):
         raise ProfileError(f"{key} must be a list of {what}", key)
     for name in names:
         if (pattern and not pattern.match(name)) or not name or re.search(r"[<>\s]", name):
-            raise ProfileError(f"{key}: {name[:40]!r} is not one of the {what}", key)
+            singular = what.split(" (")[0].removesuffix("s")
+            raise ProfileError(f"{key}: {name[:40]!r} is not a valid {singular}", key)
     return list(names)
 
 

@@ -475,6 +475,8 @@ class Reservation:
             return f"from {start}"
         if self.end.date() == self.start.date():
             return f"{start} to {self.end:%H:%M}"
+        if self.end.year != self.start.year:  # a year-long one: not the same day next year
+            return f"{start} to {self.end:%a %d %b %Y %H:%M}"
         return f"{start} to {self.end:%a %d %b %H:%M}"
 
     def open_accounts(self, accounts):

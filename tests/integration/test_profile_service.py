@@ -364,4 +364,4 @@ print([p.name for p in store.profiles()], store.engine.connect().exec_driver_sql
         ["/opt/portal/envs/hub/bin/python", "-c", script], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['a'] 0010"
+    assert out.stdout.strip() == "['a'] 0013"

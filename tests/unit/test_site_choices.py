@@ -122,6 +122,7 @@ def test_the_page_offers_each_model_and_shows_what_it_refuses_disabled(cluster):
     assert [a["name"] for a in alice["accounts"]] == ["lab-vision", "portal"]  # the last first
     ((course,),) = [[r for r in alice["reservations"] if r["name"] == "vision-course"]]
     assert course["reasons"]["sxm2"] == "" and course["reasons"]["pcie"].startswith("Its nodes")
+    assert course["window"] == "Sat 28 Nov 12:08 to Sun 28 Nov 2027 12:08"  # a year-long one
 
 
 def test_without_a_catalog_a_named_account_waits_and_plain_choices_pass(cluster):
