@@ -10,8 +10,9 @@ refuses a request past it at once, before anything is submitted.
 What a user holds comes from slurmctld's own count (``scontrol show
 assoc_mgr flags=qos``, one query for everyone, beside the shared poll's
 sinfo, and once more just before a submission); the QOS's limits and each
-user's QOS (the default account's association's: the portal names no QOS)
-from sacctmgr, kept for ``KEEP_SECONDS``. What cannot be read is logged and
+user's QOS (the association's usual one, or the one the session names)
+from the shared poll's catalog (before its first read, the default
+account's from sacctmgr, kept for ``KEEP_SECONDS``). What cannot be read is logged and
 checks nothing: Slurm itself still enforces the limit.
 """
 
@@ -61,11 +62,30 @@ class Quotas:
         self.usage, self.error, self.read = usage, "", True
         return True
 
-    async def user_qos(self, username, partition):
+    def catalog_qos(self, username, partition, account="", qos=""):
+        """The QOS a session of ``username`` on ``partition`` (in ``account``,
+        under ``qos`` where they are named) runs under, from the shared
+        poll's catalog of the site's accounts (issue 38: no sacctmgr per
+        user); None when there is no catalog yet, "" when none is known."""
+        catalog = getattr(self.poller, "catalog", None)
+        if catalog is None:
+            return None
+        if qos:
+            return qos
+        account = account or catalog.default_accounts.get(username, "")
+        assoc = catalog.association(username, account, partition) if account else None
+        return assoc.usual_qos if assoc else ""
+
+    async def user_qos(self, username, partition, account="", qos=""):
         """The QOS ``username``'s sessions on ``partition`` run under ("": none
-        known). One kept for less than ``KEEP_SECONDS`` is answered at once;
-        an older one is answered too, and read anew meanwhile for the next
-        page; one never read waits for its read (shared by concurrent callers)."""
+        known): the catalog's (``catalog_qos``), or, before it was read, the
+        default account's from sacctmgr. One kept for less than
+        ``KEEP_SECONDS`` is answered at once; an older one is answered too,
+        and read anew meanwhile for the next page; one never read waits for
+        its read (shared by concurrent callers)."""
+        known = self.catalog_qos(username, partition, account, qos)
+        if known is not None:
+            return known
         key = (username, partition)
         known = self._user_qos.get(key)
         if known is not None:
@@ -76,7 +96,10 @@ class Quotas:
 
     def warm(self, username, partitions):
         """Start reading ``username``'s QOS on each of ``partitions`` that is
-        not known yet (at login: their first spawn page then waits for none)."""
+        not known yet (at login: their first spawn page then waits for none);
+        none once the shared poll holds the catalog, which knows them all."""
+        if getattr(self.poller, "catalog", None) is not None:
+            return
         for partition in partitions:
             if (username, partition) not in self._user_qos:
                 self._ask_qos((username, partition))
@@ -102,12 +125,13 @@ class Quotas:
         self._user_qos[(username, partition)] = (qos, time.monotonic())
         return qos
 
-    async def quota(self, username, uid, partition, fresh=False):
-        """``username``'s GpuQuota for a session on ``partition``, read anew
-        when ``fresh`` (else as the last refresh saw it); None when it is not
-        known (the reason is logged)."""
+    async def quota(self, username, uid, partition, fresh=False, account="", qos=""):
+        """``username``'s GpuQuota for a session on ``partition`` (in
+        ``account``, under ``qos``, where named), read anew when ``fresh``
+        (else as the last refresh saw it); None when it is not known (the
+        reason is logged)."""
         try:
-            qos = await self.user_qos(username, partition)
+            qos = await self.user_qos(username, partition, account, qos)
             if qos and (fresh or not self.read):
                 await self.refresh()
         except slurm.SlurmError as e:
@@ -157,12 +181,12 @@ async def form_quotas(spawner, partitions):
     return found
 
 
-async def user_quota(spawner, partition, fresh=False):
-    """The GpuQuota of ``spawner``'s user on ``partition`` (the usage read
-    anew when ``fresh``), with the GPUs of their sessions starting; None
-    when it is not known."""
+async def user_quota(spawner, partition, fresh=False, account="", qos=""):
+    """The GpuQuota of ``spawner``'s user on ``partition`` (in ``account``,
+    under ``qos``, where named; the usage read anew when ``fresh``), with the
+    GPUs of their sessions starting; None when it is not known."""
     quota = await spawner.poller.quotas.quota(
-        spawner.user.name, spawner.account().pw_uid, partition, fresh=fresh
+        spawner.user.name, spawner.account().pw_uid, partition, fresh, account, qos
     )
     if quota is None:
         return None
@@ -190,7 +214,7 @@ async def check(spawner, job_slice):
     """Refuse (HTTP 400, nothing submitted) a slice whose GPUs, with those
     the user holds now and those of their sessions starting, are more than
     their QOS lets them hold at once."""
-    quota = await user_quota(spawner, job_slice.partition, fresh=True)
+    quota = await user_quota(spawner, job_slice.partition, True, job_slice.account, job_slice.qos)
     refusal = quota.refusal(job_slice.gpus * job_slice.nodes) if quota else None
     if refusal:
         spawner.log.warning("Spawn of %s refused by the QOS: %s", spawner.user.name, refusal)

@@ -133,3 +133,20 @@ def test_without_a_catalog_a_named_account_waits_and_plain_choices_pass(cluster)
     assert e.value.field == "account" and "not read yet" in str(e.value)
     plain = SITE.make_slice(1, 2, None, "pcie", gpu_type="v100-pcie")
     choices.check(SITE, plain, partitions, None, "alice", NOW)
+
+
+def test_the_qos_of_a_user_s_session_comes_from_the_catalog_with_no_sacctmgr(cluster):
+    """issue 38's bench: 200 users logging in each cost slurmdbd a sacctmgr
+    of their QOS; the catalog, read for everyone, answers instead."""
+    from types import SimpleNamespace
+
+    from spawners.quota import Quotas
+
+    _, catalog = cluster
+    quotas = Quotas(SimpleNamespace(catalog=catalog, timeout=1))
+    assert quotas.catalog_qos("alice", "gpu") == "portal"  # the default account's usual QOS
+    assert quotas.catalog_qos("bob", "sxm2", account="lab-nlp") == "nlp"
+    assert quotas.catalog_qos("alice", "cpu", qos="cpu") == "cpu"  # named by the session
+    quotas.warm("alice", ["gpu", "sxm2"])  # at login: nothing to read
+    assert not quotas._asking
+    assert Quotas(SimpleNamespace(catalog=None, timeout=1)).catalog_qos("alice", "gpu") is None
