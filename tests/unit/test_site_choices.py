@@ -150,3 +150,34 @@ def test_the_qos_of_a_user_s_session_comes_from_the_catalog_with_no_sacctmgr(clu
     quotas.warm("alice", ["gpu", "sxm2"])  # at login: nothing to read
     assert not quotas._asking
     assert Quotas(SimpleNamespace(catalog=None, timeout=1)).catalog_qos("alice", "gpu") is None
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"partitions": ["sxm2", "a100"]}, "partitions", "Partition 'a100' does not exist"),
+        ({"partitions": ["cpu"], "max_cores": 0, "max_mem_gb": 0}, None, None),
+        ({"gpu_types": ["a100"]}, "gpu_types", "GPU model 'a100' is on no node of partition"),
+        ({"features": ["ib"]}, "features", "Node feature 'ib' is on no node of partition"),
+        ({"max_cores": 64}, "max_cores", "max_cores 64 is more than any node"),
+        ({"max_mem_gb": 1024}, "max_mem_gb", "max_mem_gb 1024 is more than any node"),
+    ],
+)
+def test_the_profile_editor_checks_the_site_fields_against_the_cluster(
+    cluster, change, field, message
+):
+    """The admin service's check of a profile's site fields against the
+    live cluster (``portal.service.cluster.check_site_fields``), on the
+    demo's own sinfo: sinfo alone shows partition cpu's nodes with GPUs, so
+    a partition without GPUs there is allowed whatever max_cores says."""
+    from portal.core.profiles import ProfileError
+    from portal.service.cluster import check_site_fields
+
+    partitions, _ = cluster
+    profile = profile_from_dict({**SITE.to_dict(), **change})
+    if field is None:
+        check_site_fields(profile, partitions)
+        return
+    with pytest.raises(ProfileError) as e:
+        check_site_fields(profile, partitions)
+    assert e.value.field == field and str(e.value).startswith(message), e.value
