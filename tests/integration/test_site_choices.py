@@ -25,18 +25,14 @@ PROFILE = "pytorch-site"  # deploy/portal.toml's, made on the test hub as carol
 
 
 @pytest.fixture
-def site_profile(portal, restore_profiles):
-    """The test hub's profile like deploy/portal.toml's "pytorch-site": the
-    default partition, with sxm2, pcie and cpu, and every choice offered."""
-    carol = portal("carol")
-    base = {k: v for k, v in carol.profile("pytorch").items() if k != "revision"}
-    r = carol.send("POST", "api/profiles", json={
-        **base, "name": PROFILE, "display_name": "PyTorch: your GPU model, account",
-        "partitions": ["sxm2", "pcie", "cpu"],
-        "choose": ["account", "qos", "reservation", "feature"],
-        "max_gpus": 4, "max_cores": 16, "max_mem_gb": 64,
-    })  # fmt: skip
-    assert r.status_code == 201, r.text
+def site_profile(portal):
+    """The test hub's profile like deploy/portal.toml's "pytorch-site"
+    (tests/support/hubsettings.py SITE_PROFILE): the default partition, with
+    sxm2, pcie and cpu, and every choice offered."""
+    profile = portal("carol").profile(PROFILE)
+    assert profile["partitions"] == ["sxm2", "pcie", "cpu"], profile
+    assert profile["choose"] == ["account", "qos", "reservation", "feature"], profile
+    assert (profile["max_cores"], profile["max_mem_gb"], profile["enabled"]) == (16, 64, True)
     return PROFILE
 
 

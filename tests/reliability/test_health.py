@@ -80,7 +80,9 @@ def test_health_names_slurmctld_while_it_is_down(hub, hub_env, slurmctld_down):
     for part in ("login page", "ldap", "slurmctld", "slurmdbd", "shared poll", "nodes",
                  "proxy routes", "disk"):  # fmt: skip
         assert f"ok   {part}: " in said, said
-    assert "free GPUs: gpu " in said and said.rstrip().splitlines()[-1].startswith("portal: up")
+    free = next(line for line in said.splitlines() if "free GPUs: " in line)
+    assert " gpu " in f" {free.split(': ', 1)[1]}", said  # each partition's, gpu among them
+    assert said.rstrip().splitlines()[-1].startswith("portal: up")
     r = endpoint(hub, format="json")
     assert r.status_code == 200 and r.json()["ok"] and r.json()["down"] == [], r.text
 

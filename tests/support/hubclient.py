@@ -7,6 +7,7 @@ import time
 from urllib.parse import unquote, urlparse
 
 import requests
+from urllib3.util.retry import Retry
 
 from portal.core.usernames import user_host
 from tests.support.hubsettings import CA_CERT
@@ -29,6 +30,16 @@ class HubClient:
         self.scheme, self.port = parsed.scheme, parsed.port
         self.session = requests.Session()
         self.session.verify = CA_CERT
+        # A GET sent on a kept-alive connection just as the proxy closes it
+        # (Node's keepAliveTimeout, 5 s idle) fails with "Remote end closed
+        # connection without response" before the hub sees it: a GET or HEAD
+        # is sent once more on a new connection. Nothing else is retried.
+        retry = Retry(
+            total=1, connect=0, read=1, status=0, other=0,
+            allowed_methods=frozenset({"GET", "HEAD"}), raise_on_status=False,
+        )  # fmt: skip
+        for prefix in ("https://", "http://"):
+            self.session.mount(prefix, requests.adapters.HTTPAdapter(max_retries=retry))
 
     def url(self, path):
         if "://" in path:  # the hub's own answer (a server's url with its host)
