@@ -101,25 +101,32 @@ def test_hub_login_checks_the_certificate(accounts, other_ca):
     assert refused.value.status_code == 503
 
 
-def test_the_directorys_schema_is_read_at_the_first_bind_only(accounts, monkeypatch):
+def test_the_directorys_schema_is_read_at_the_first_bind_only(accounts):
+    """Against the real slapd, nothing patched: the first login reads the
+    schema; a later bind's server has that very schema attached and was told
+    to read nothing (ldap3 replaces an attached schema with a new object when
+    it reads one at bind)."""
     site = settings.load()
     c = Config()
     configure_auth(c, site)
     auth = PortalLDAPAuthenticator(config=c)
-    reads = []
-    original = ldap3.Server._get_schema_info
-    monkeypatch.setattr(
-        ldap3.Server,
-        "_get_schema_info",
-        lambda self, *a, **k: reads.append(1) or original(self, *a, **k),
-    )
+    assert auth._ldap_schema is None
     alice, bob = accounts["alice"], accounts["bob"]
     for name, password in (("alice", alice["password"]), ("bob", bob["password"])) * 2:
         model = asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
         assert model["name"] == name and "portal-users" in model["groups"]
-    assert len(reads) == 1 and auth._ldap_schema is not None
+    schema = auth._ldap_schema
+    assert schema is not None and schema.object_classes  # the directory's own
+    conn = auth.get_connection(auth.bind_dn_template[0].format(username="bob"), bob["password"])
+    try:
+        assert conn.bound and conn.server.get_info == ldap3.NONE
+        assert conn.server.schema is schema  # attached, not read again
+    finally:
+        conn.unbind()
+    assert auth._ldap_schema is schema
     # a refused password is still refused, with the schema kept
     assert asyncio.run(auth.authenticate(None, {"username": "bob", "password": "wrong"})) is None
+    assert auth._ldap_schema is schema
 
 
 def test_nslcd_uses_starttls_and_checks_the_certificate(cluster):
