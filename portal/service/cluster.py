@@ -120,24 +120,19 @@ def check_site_fields(profile, partitions):
     for name in profile.all_partitions:
         for node in partitions[name].nodes:
             nodes[node.name] = node
-    models = {t for n in nodes.values() for t, _total, _used in getattr(n, "gpu_types", ()) if t}
-    for model in profile.gpu_types:
-        if model not in models:
-            known = ", ".join(sorted(models)) or "none typed"
-            raise ProfileError(
-                f"GPU model {model!r} is on no node of partition "
-                f"{' or '.join(profile.all_partitions)} (models: {known})",
-                "gpu_types",
-            )
-    features = {f for n in nodes.values() for f in getattr(n, "features", ())}
-    for feature in profile.features:
-        if feature not in features:
-            known = ", ".join(sorted(features)) or "none"
-            raise ProfileError(
-                f"Node feature {feature!r} is on no node of partition "
-                f"{' or '.join(profile.all_partitions)} (features: {known})",
-                "features",
-            )
+    on_nodes = {
+        "gpu_types": ("GPU model", {t for n in nodes.values() for t, _, _ in n.gpu_types if t}),
+        "features": ("Node feature", {f for n in nodes.values() for f in n.features}),
+    }
+    for key, (label, known) in on_nodes.items():
+        for name in getattr(profile, key):
+            if name not in known:
+                raise ProfileError(
+                    f"{label} {name!r} is on no node of partition "
+                    f"{' or '.join(profile.all_partitions)} "
+                    f"(there: {', '.join(sorted(known)) or 'none'})",
+                    key,
+                )
     if profile.cpu_sessions:
         most_cores = max((n.cpus for n in nodes.values()), default=0)
         if profile.max_cores > most_cores:

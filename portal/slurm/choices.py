@@ -24,18 +24,17 @@ from portal.core.slice import CHOICE_LABELS, SliceError
 
 def _models(partition):
     """``{model: GpuModel}`` of a partition's typed GRES ("" untyped left out)."""
-    models = partition.gpu_models() if hasattr(partition, "gpu_models") else {}
-    return {name: model for name, model in models.items() if name}
+    return {name: model for name, model in partition.gpu_models().items() if name}
 
 
 def _features(partition):
-    return sorted({f for node in partition.nodes for f in getattr(node, "features", ())})
+    return sorted({f for node in partition.nodes for f in node.features})
 
 
 def _model_on_node(partition, model):
     """The most GPUs of ``model`` one node of ``partition`` has."""
     return max(
-        (total for node in partition.nodes for t, total, _used in getattr(node, "gpu_types", ())
+        (total for node in partition.nodes for t, total, _used in node.gpu_types
          if t == model),
         default=0,
     )  # fmt: skip
@@ -96,7 +95,7 @@ def partition_refusal(profile, job_slice, partitions, catalog=None):
         )
     if job_slice.gpus and job_slice.feature:
         # the feature's nodes must hold the GPUs (of the model) on one node
-        nodes = [n for n in partition.nodes if job_slice.feature in getattr(n, "features", ())]
+        nodes = [n for n in partition.nodes if job_slice.feature in n.features]
         most = max((_gpus_of(n, model) for n in nodes), default=0)
         if job_slice.gpus > most:
             return (
@@ -111,7 +110,7 @@ def _gpus_of(node, model=""):
     """The GPUs of ``model`` (any model: "") a node has."""
     if not model:
         return node.gpus
-    return sum(total for t, total, _used in getattr(node, "gpu_types", ()) if t == model)
+    return sum(total for t, total, _used in node.gpu_types if t == model)
 
 
 def accounting_refusal(job_slice, catalog, user, now, groups=()):
