@@ -12,7 +12,7 @@ import pytest
 
 from portal import settings
 from portal.store import ProfileStore, store_url
-from tests.support.jobs import cancel_jobs_of, squeue
+from tests.support.jobs import cancel_jobs_of, squeue, stop_session
 from tests.support.testhub import JOB_NAME, SETTINGS_FILE
 
 
@@ -49,14 +49,6 @@ def preset_named(client, name):
     return next((p for p in r.json() if p["name"] == name), None)
 
 
-def stop(client, name):
-    client.api("DELETE", f"/users/{name}/server")
-    try:
-        client.wait_stopped(name, timeout=90)
-    finally:
-        cancel_jobs_of([name], timeout=30)
-
-
 def test_a_preset_saved_on_the_spawn_page_starts_from_home_stops_and_goes(login):
     alice = login("alice")
     name = "ResNet 2×GPU 3 h"
@@ -85,7 +77,7 @@ def test_a_preset_saved_on_the_spawn_page_starts_from_home_stops_and_goes(login)
         r = post(alice, f"/hub/portal/presets/{preset['id']}/start")
         assert r.status_code == 303 and "is running already" in home(alice)
         assert [j for j, *_ in jobs_of("alice")] == [job]
-        stop(alice, "alice")
+        stop_session(alice, "alice")
 
         r = post(alice, f"/hub/portal/presets/{preset['id']}/delete")
         assert r.status_code == 303
@@ -93,7 +85,7 @@ def test_a_preset_saved_on_the_spawn_page_starts_from_home_stops_and_goes(login)
         assert preset_named(alice, name) is None
         assert alice.api("GET", f"/portal/presets/{preset['id']}").status_code == 404
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
         gone = preset_named(alice, name)
         if gone:
             alice.api("DELETE", f"/portal/presets/{gone['id']}")
@@ -143,7 +135,7 @@ def test_a_preset_whose_profile_is_gone_names_it_and_starts_reset(login, portal,
         assert re.search(r"gpu(:[\w.-]+)?:1$", tres) and limit == "1:00:00", (tres, limit)
         assert alice.user_model("alice")["servers"][""]["user_options"]["profile"] != "presetgone"
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
         alice.api("DELETE", f"/portal/presets/{preset['id']}")
 
 
@@ -272,6 +264,6 @@ def test_a_preset_whose_account_was_removed_says_so_and_starts_reset(
         [account] = [row[0] for row in squeue("-n", JOB_NAME, "-u", "alice", "-o", "%a")]
         assert account != "lab-nlp"
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
         store.delete_preset(preset["id"], "alice")
         store.engine.dispose()

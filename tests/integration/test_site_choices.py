@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.support.jobs import cancel_jobs_of, squeue
+from tests.support.jobs import squeue, stop_session
 from tests.support.testhub import JOB_NAME
 
 PROFILE = "pytorch-site"  # deploy/portal.toml's, made on the test hub as carol
@@ -88,14 +88,6 @@ def start(client, name, **options):
     return job
 
 
-def stop(client, name):
-    client.api("DELETE", f"/users/{name}/server")
-    try:
-        client.wait_stopped(name, timeout=90)
-    finally:
-        cancel_jobs_of([name], timeout=30)
-
-
 REFUSALS = [
     # (who, options, the field named)
     ("alice", {"partition": "pcie", "gpu_type": "v100-sxm2", "gpus": 1}, "gpu_type"),
@@ -122,7 +114,7 @@ def test_the_rest_api_refuses_what_slurm_would_naming_the_field(site_profile, lo
             assert not client.user_model(name).get("servers"), (name, options)
         finally:
             if r.status_code != 400:
-                stop(client, name)
+                stop_session(client, name)
 
 
 @pytest.mark.parametrize(("partition", "model"), [("sxm2", "v100-sxm2"), ("pcie", "v100-pcie")])
@@ -137,7 +129,7 @@ def test_a_session_on_each_model_gets_its_gres_and_sacct_records_it(
         assert f"gres/gpu:{model}=1" in shown["TRES"].split(","), shown["TRES"]
         assert f"gpu:{model}:1" in shown.get("JOB_GRES", shown.get("TresPerNode", "")), shown
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
     tres, _account, _qos = sacct_record(job)
     assert f"gres/gpu:{model}=1" in tres.split(","), tres
 
@@ -154,7 +146,7 @@ def test_a_cpu_session_runs_with_no_gpu_under_the_qos_the_portal_names(site_prof
         assert options["gpus"] == 0 and options["partition"] == "cpu", options
         assert not options.get("qos"), options  # the user named none: the portal did
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
     tres, _account, qos = sacct_record(job)
     assert "gres/gpu" not in tres and qos == "cpu", (tres, qos)
 
@@ -167,7 +159,7 @@ def test_alices_session_runs_in_her_reservation_on_its_node(site_profile, login)
         assert shown["Reservation"] == "vision-course" and shown["NodeList"] == "n3", shown
         assert shown["Partition"] == "sxm2", shown
     finally:
-        stop(alice, "alice")
+        stop_session(alice, "alice")
 
 
 def test_carols_session_runs_under_the_account_she_chose(site_profile, login):
@@ -177,6 +169,6 @@ def test_carols_session_runs_under_the_account_she_chose(site_profile, login):
         shown = scontrol_detail(job)
         assert shown["Account"] == "lab-nlp", shown
     finally:
-        stop(carol, "carol")
+        stop_session(carol, "carol")
     _tres, account, _qos = sacct_record(job)
     assert account == "lab-nlp", account

@@ -42,6 +42,16 @@ def cancel_jobs_of(users, timeout=60):
     wait_no_jobs(",".join(users), timeout)
 
 
+def stop_session(client, name):
+    """Stop ``name``'s main session through the hub (``client``: a logged-in
+    HubClient), and scancel its job in any case."""
+    client.api("DELETE", f"/users/{name}/server")
+    try:
+        client.wait_stopped(name, timeout=90)
+    finally:
+        cancel_jobs_of([name], timeout=30)
+
+
 def cancel_test_jobs():
     """scancel every job of the test hub, its notebook jobs too (without
     waiting). scancel takes one --name: a comma list matches no job."""

@@ -32,6 +32,7 @@ from portal.slurm.parse import (
     parse_sinfo,
 )
 from spawners.poller import SlurmPoller
+from tests.support import slurm_output
 
 # Slurm 22.05.8's output: the demo cluster's own before its reshaping (captured_*) and
 # after (shape_*), and made in that shape with more cases (demo_*)
@@ -215,16 +216,9 @@ def test_the_parsers_read_the_demo_cluster_s_own_output():
     for alice in the account portal, one for a group."""
 
     def captured(name):
-        return (OUTPUT / f"captured_{name}.txt").read_text()
+        return slurm_output.captured("captured", name)
 
-    site = SiteCatalog(
-        associations=parse_associations(captured("assoc")),
-        default_accounts=parse_default_accounts(captured("users")),
-        qos=parse_qos(captured("qos")),
-        shares=parse_shares(captured("sshare")),
-        reservations=parse_reservations(captured("reservations")),
-        partitions=parse_partition_policies(captured("partitions")),
-    )
+    _, site = slurm_output.captured_site("captured")
     assert site.accounts_of("alice") == ["portal"] and site.accounts_of("root") == [
         "root",
         "portal",
@@ -259,10 +253,7 @@ def test_the_reshaped_demo_cluster_s_own_output_gives_what_the_spawn_page_shows(
     with their free counts, each user's accounts, the QOS pcie denies,
     the CPU partition's QOS, the reservation for alice alone."""
 
-    def shape(name):
-        return (OUTPUT / f"shape_{name}.txt").read_text()
-
-    parts = parse_sinfo(shape("sinfo"))
+    parts, site = slurm_output.captured_site("shape")
     assert parts["gpu"].gpu_models() == {
         "v100-sxm2": GpuModel("v100-sxm2", 4, 3, 3),
         "v100-pcie": GpuModel("v100-pcie", 4, 4, 4),
@@ -271,14 +262,6 @@ def test_the_reshaped_demo_cluster_s_own_output_gives_what_the_spawn_page_shows(
     assert [n.features for n in parts["sxm2"].nodes] == [
         ("v100", "sxm2", "nvlink"), ("v100", "sxm2", "course"),
     ]  # fmt: skip
-    site = SiteCatalog(
-        associations=parse_associations(shape("assoc")),
-        default_accounts=parse_default_accounts(shape("users")),
-        qos=parse_qos(shape("qos")),
-        shares=parse_shares(shape("sshare")),
-        reservations=parse_reservations(shape("reservations")),
-        partitions=parse_partition_policies(shape("partitions")),
-    )
     assert site.accounts_of("alice") == ["portal", "lab-vision"]
     assert site.accounts_of("carol") == ["portal", "lab-nlp", "lab-vision"]
     assert site.account_refusal("bob", "lab-vision", "gpu") == (

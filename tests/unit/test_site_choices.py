@@ -4,25 +4,14 @@ shape_*): ``portal.slurm.choices.offer`` shows disabled, with its reason,
 what ``check`` refuses, naming the field."""
 
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
 from portal.core.profiles import profile_from_dict
 from portal.core.slice import SliceError
 from portal.slurm import choices
-from portal.slurm.model import SiteCatalog
-from portal.slurm.parse import (
-    parse_associations,
-    parse_default_accounts,
-    parse_partition_policies,
-    parse_qos,
-    parse_reservations,
-    parse_shares,
-    parse_sinfo,
-)
+from tests.support.slurm_output import captured_site
 
-OUTPUT = Path(__file__).parent / "slurm_2205"
 NOW = datetime(2026, 11, 28, 12, 30)
 SITE = profile_from_dict({
     "name": "pytorch-site", "display_name": "PyTorch site", "environment": "pytorch",
@@ -32,21 +21,9 @@ SITE = profile_from_dict({
 })  # fmt: skip
 
 
-def shape(name):
-    return (OUTPUT / f"shape_{name}.txt").read_text()
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    catalog = SiteCatalog(
-        associations=parse_associations(shape("assoc")),
-        default_accounts=parse_default_accounts(shape("users")),
-        qos=parse_qos(shape("qos")),
-        shares=parse_shares(shape("sshare")),
-        reservations=parse_reservations(shape("reservations")),
-        partitions=parse_partition_policies(shape("partitions")),
-    )
-    return parse_sinfo(shape("sinfo")), catalog
+    return captured_site("shape")
 
 
 def check(cluster, user, groups=(), **options):
