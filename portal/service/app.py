@@ -52,6 +52,7 @@ def create_application(settings=None, store=None, image_runner=None):
         site_settings.cluster_snapshot(settings),
         max_age=max(3 * settings["slurm"]["cluster_interval"], 60),
         timeout=settings["slurm"]["command_timeout"],
+        catalog_max_age=3 * settings["slurm"]["catalog_interval"],
     )
     client = httpclient.AsyncHTTPClient()
     # the hub's internal_ssl: the service's certificate, the hub's checked
@@ -66,6 +67,8 @@ def create_application(settings=None, store=None, image_runner=None):
         )
         return json.loads(response.body)
 
+    notebook_jobs = NotebookJobs(store, settings)
+    notebook_jobs.site_view = cluster.site_view  # the hub's poll's, from its files
     images = ImageChecks(store, settings, **({"runner": image_runner} if image_runner else {}))
     operations = ProfileOperations(store, cluster, settings, hub_api, images)
     slurm = settings["slurm"]
@@ -111,7 +114,7 @@ def create_application(settings=None, store=None, image_runner=None):
         operations=operations,
         images=images,
         sessions=sessions,
-        notebook_jobs=NotebookJobs(store, settings),
+        notebook_jobs=notebook_jobs,
         jinja=jinja,
         site_settings=settings,
         service_prefix=prefix,

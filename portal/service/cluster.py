@@ -18,7 +18,7 @@ from datetime import datetime
 from portal.core.profiles import ProfileError
 from portal.core.slice import count
 from portal.slurm import commands as slurm
-from portal.slurm.model import snapshot_from_json
+from portal.slurm.model import SiteCatalog, catalog_path, snapshot_from_json
 from portal.slurm.parse import max_time_minutes
 
 log = logging.getLogger("portal.service.cluster")
@@ -172,14 +172,17 @@ def resource_lines(profile):
 
 
 class ClusterSource:
-    """Reads the hub's snapshot; falls back to its own sinfo when it is stale."""
+    """Reads the hub's snapshot (and the site catalog beside it); falls back
+    to its own sinfo (and catalog) when it is stale."""
 
-    def __init__(self, snapshot_path, max_age=90.0, timeout=20.0):
+    def __init__(self, snapshot_path, max_age=90.0, timeout=20.0, catalog_max_age=360.0):
         self.snapshot_path = snapshot_path
         self.max_age = max_age
+        self.catalog_max_age = catalog_max_age
         self.timeout = timeout
         self._own = None
         self._own_at = 0.0
+        self._own_catalog = None  # (monotonic time, SiteCatalog) of its own read
 
     async def view(self):
         view = self._from_snapshot()
@@ -203,6 +206,35 @@ class ClusterSource:
             return None
         error = errors["cluster"] or errors["jobs"]
         return ClusterView(partitions, jobs, at, "the hub's poll", error)
+
+    async def site_view(self):
+        """``(partitions, catalog)`` for a notebook job's site choices
+        (``portal.notebookjobs``): the hub's poll's, read from the files it
+        writes (the catalog beside its snapshot, ``catalog_path``), else
+        this service's own reads, kept ``max_age`` like its own sinfo."""
+        view = await self.view()
+        catalog = self._catalog_from_file()
+        if catalog is None:
+            if self._own_catalog is None or time.monotonic() - self._own_catalog[0] > self.max_age:
+                self._own_catalog = (time.monotonic(), await slurm.site_catalog(self.timeout))
+            catalog = self._own_catalog[1]
+        return view.partitions, catalog
+
+    def _catalog_from_file(self):
+        path = catalog_path(self.snapshot_path)
+        try:
+            with open(path) as f:
+                catalog = SiteCatalog.from_json(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("unreadable cluster catalog %s: %s", path, e)
+            return None
+        if catalog.time is None or (datetime.now() - catalog.time).total_seconds() > (
+            self.catalog_max_age
+        ):
+            return None  # a stalled poll's: read anew
+        return catalog
 
     async def _from_sinfo(self):
         try:

@@ -158,3 +158,32 @@ def test_the_profile_editor_checks_the_site_fields_against_the_cluster(
     with pytest.raises(ProfileError) as e:
         check_site_fields(profile, partitions)
     assert e.value.field == field and str(e.value).startswith(message), e.value
+
+
+def test_the_admin_service_takes_the_hub_s_catalog_from_its_file(cluster, tmp_path):
+    """A notebook job submitted through the admin service is checked against
+    what the hub's poll wrote (its snapshot and the catalog beside it), with
+    no Slurm command of the service's own; a stale catalog file is not used."""
+    import asyncio
+    import os
+    from dataclasses import replace
+
+    from portal.service.cluster import ClusterSource
+    from portal.slurm.model import catalog_path, snapshot_to_json
+
+    partitions, catalog = cluster
+    snapshot = tmp_path / "cluster.json"
+    snapshot.write_text(snapshot_to_json(partitions, {}))
+    fresh = replace(catalog, time=datetime.now().replace(microsecond=0))
+    with open(catalog_path(str(snapshot)), "w") as f:
+        f.write(fresh.to_json())
+    source = ClusterSource(str(snapshot))
+    seen_partitions, seen = asyncio.run(source.site_view())
+    assert set(seen_partitions) == set(partitions)
+    assert seen.accounts_of("carol") == catalog.accounts_of("carol")
+    stale = replace(catalog, time=datetime(2026, 1, 1))
+    with open(catalog_path(str(snapshot)), "w") as f:
+        f.write(stale.to_json())
+    assert source._catalog_from_file() is None
+    os.remove(catalog_path(str(snapshot)))
+    assert source._catalog_from_file() is None
