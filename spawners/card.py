@@ -7,11 +7,13 @@ the progress messages of a starting session. ``SessionCard`` gives
 PortalSpawner the methods the home page's template and ``progress`` call.
 """
 
+import asyncio
 from datetime import datetime
 
 from portal.core.durations import describe_limit, describe_seconds, time_left
 from portal.core.timelimit import hours_left
 from portal.extend import ExtensionCheck
+from portal.slurm import commands as slurm
 from portal.slurm.model import describe_end
 from portal.usage import slice_advice
 
@@ -44,6 +46,21 @@ def progress_message(job_id, job_slice, job, port_reported):
     }
 
 
+# seconds between sacct's askings while slurmdbd has not recorded a job's end
+SETTLE_WAITS = (0.5, 1, 1, 2, 2, 4, 4, 6)
+# sacct states of a job that has not ended yet (slurmdbd not told yet)
+NOT_ENDED = {"", "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING"}
+
+
+def is_final(reason):
+    """Whether ``reason`` (``parse_end_reason``'s) is a state a job ends in.
+
+    >>> is_final("CANCELLED, exit code 0:0"), is_final("RUNNING, exit code 0:0"), is_final("")
+    (True, False, False)
+    """
+    return reason.split(",", 1)[0].strip() not in NOT_ENDED
+
+
 def end_record(job_id, nodes, **details):
     """``PortalSpawner.last_end``: how the session of ``job_id`` on ``nodes``
     ended (sacct's ``reason`` and the job's ``memory``, or the culler's
@@ -63,6 +80,8 @@ def ended_info(last_end):
     if last_end.get("idle_seconds"):
         idle = describe_seconds(last_end["idle_seconds"])
         return {**last_end, "why": f"stopped after {idle} idle"}
+    if last_end.get("settling"):
+        return {**last_end, "why": "Slurm has not recorded yet how it ended (reload in a moment)"}
     reason = last_end.get("reason", "")
     return {**last_end, "why": describe_end(reason, last_end.get("memory", ""))}
 
@@ -146,17 +165,54 @@ class SessionCard:
     the function of its name above; and the record of how a session ended
     without a stop of the user's (``last_end``)."""
 
+    _settling = None  # the background settle_end, kept from the garbage collector
+
     async def _record_end(self):
         """How a session that ended without a stop from the hub ended (a node
         failure, its time limit, a scancel from a shell), from sacct, for the
-        home page: ``last_end`` is kept in the state until the next start."""
+        home page: ``last_end`` is kept in the state until the next start.
+        slurmdbd records a job's end after slurmctld drops it from squeue:
+        when sacct has no final state yet, the record says so and is
+        settled in the background (``settle_end``), which sends the notice."""
         # taken before sacct is awaited: a poll meanwhile (the shared squeue's
         # call and the hub's own) may forget the job (its id "" on the page)
         job_id, nodes = self.job_id, self._job_nodes()
         memory = self.job_slice.memory_limit if self.job_slice else ""
         reason = await self.job_end_reason()
+        if not is_final(reason):
+            self.last_end = end_record(job_id, nodes, reason="", memory=memory, settling=True)
+            self._settling = asyncio.ensure_future(self.settle_end(job_id, nodes, memory))
+            return
         self.last_end = end_record(job_id, nodes, reason=reason, memory=memory)
         self.notice_ended(describe_end(reason, memory))
+        self._log_end(job_id, nodes, reason)
+
+    async def settle_end(self, job_id, nodes, memory):
+        """Ask sacct again, after each of ``SETTLE_WAITS`` seconds, until it has the
+        job's final state (or the waits are over: "no record"); then the home
+        page's record (kept in the hub's database) and the notice say it,
+        unless a new session started meanwhile."""
+        reason = ""
+        for wait in SETTLE_WAITS:
+            await asyncio.sleep(wait)
+            try:
+                reason = await slurm.end_reason(job_id, self.job_name, timeout=self.slurm_timeout)
+            except slurm.SlurmError:
+                reason = ""
+            if is_final(reason):
+                break
+        reason = reason if is_final(reason) else ""
+        if (self.last_end or {}).get("job_id") != job_id or self.job_id:
+            return  # a new start replaced the record
+        self.last_end = end_record(job_id, nodes, reason=reason, memory=memory)
+        self.poller.notices.ended(job_id, describe_end(reason, memory))
+        self._log_end(job_id, nodes, reason)
+        orm = self.orm_spawner
+        if orm is not None:
+            orm.state = self.get_state()
+            self.user.db.commit()
+
+    def _log_end(self, job_id, nodes, reason):
         self.log.info(
             "Job %s of %s on %s is no longer in the queue: %s",
             job_id, self.user.name, ",".join(nodes) or "no node", reason or "no sacct record",

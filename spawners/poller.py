@@ -359,6 +359,7 @@ class SlurmPoller:
         started = time.monotonic()
         self.catalog_calls += 1
         try:
+            await slurm.recheck_private_data(timeout=self.timeout)
             catalog = await slurm.site_catalog(timeout=self.timeout)
         except slurm.SlurmError as e:
             self.catalog_error = str(e)

@@ -23,6 +23,7 @@ with Slurm's own message.
 """
 
 import asyncio
+import logging
 import os
 import time
 from datetime import datetime
@@ -63,6 +64,8 @@ from .parse import (
     parse_will_run,
 )
 from .parse import private_data as parse_private_data
+
+log = logging.getLogger(__name__)
 
 # The whole environment of every Slurm command the hub runs, and of the sudo
 # that runs one as a user: named here, nothing inherited from the hub (whose
@@ -315,6 +318,27 @@ async def reads_through_helper(timeout, kind="jobs"):
         except SlurmError:
             return True
     return kind in _reads["hidden"]
+
+
+async def recheck_private_data(timeout):
+    """Under "auto", ask Slurm again what PrivateData hides (the shared
+    poll's catalog read does, every ``catalog_interval``): a site that turns
+    PrivateData on or off needs no hub restart. The kinds now hidden, or
+    None (not "auto", or no answer: the last answer is kept)."""
+    if os.geteuid() == 0 or _reads["mode"] != "auto":
+        return None
+    try:
+        kinds = await private_kinds(timeout)
+    except SlurmError:
+        return None
+    if _reads["hidden"] is not None and kinds != _reads["hidden"]:
+        log.warning(
+            "Slurm's PrivateData now hides %s: the portal reads %s",
+            ", ".join(sorted(kinds)) or "nothing",
+            "through portal-slurm-read" if kinds else "as the hub's account",
+        )
+    _reads["hidden"] = kinds
+    return kinds
 
 
 async def read(argv, *, timeout, kind="jobs", **kwargs):

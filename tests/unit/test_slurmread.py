@@ -154,6 +154,29 @@ def test_auto_reads_through_the_helper_while_slurm_does_not_say(through_helper, 
     assert asyncio.run(commands.reads_through_helper(5)) is True
 
 
+def test_a_site_that_turns_private_data_on_is_read_through_the_helper_after_a_recheck(
+    through_helper, monkeypatch, caplog
+):
+    """The shared poll's catalog read asks again: no hub restart."""
+    config = ["PrivateData = none\n"]
+
+    async def fake_run(argv, **kwargs):
+        return config[0] if argv[1:] == ["show", "config"] else ""
+
+    monkeypatch.setattr(commands, "run", fake_run)
+    commands.use_private_data("auto")
+    assert asyncio.run(commands.reads_through_helper(5, "usage")) is False
+    config[0] = "PrivateData = jobs,usage\n"
+    assert asyncio.run(commands.reads_through_helper(5, "usage")) is False  # asked once
+    assert asyncio.run(commands.recheck_private_data(5)) == {"jobs", "usage"}
+    assert asyncio.run(commands.reads_through_helper(5, "usage")) is True
+    assert "PrivateData now hides jobs, usage: the portal reads through portal-slurm-read" in (
+        caplog.text
+    )
+    commands.use_private_data("helper")
+    assert asyncio.run(commands.recheck_private_data(5)) is None  # the setting says
+
+
 def test_a_wrong_private_data_setting_is_refused_naming_it():
     with pytest.raises(SettingsError, match=r"\[slurm\] private_data must be one of auto, helper"):
         commands.use_private_data("yes")

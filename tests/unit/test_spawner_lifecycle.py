@@ -15,7 +15,9 @@ from traitlets.config import Config
 
 from portal.settings import defaults
 from portal.slurm import commands
+from spawners import card
 from spawners.handlers import reported_port
+from spawners.notices import Followed
 from spawners.spawner import PortalSpawner
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -30,6 +32,7 @@ class Runner:
         self.script = None
         self.nodes = "n1"  # squeue's %N once it runs
         self.gpus_held = 0  # this user's GPUs in QOS portal (scontrol show assoc_mgr)
+        self.sacct = []  # sacct's answers before its last one (slurmdbd not told yet)
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
@@ -60,7 +63,7 @@ class Runner:
         if command == "sinfo":
             return "n1 gpu* gpu:4 gpu:1(IDX:2) 8/24/0/32 mix 196608 49152 1-00:00:00"
         if command == "sacct":
-            return "CANCELLED by 0|0:0|None"
+            return self.sacct.pop(0) if self.sacct else "CANCELLED by 0|0:0|None"
         raise AssertionError(f"unexpected command {argv}")
 
 
@@ -144,6 +147,42 @@ async def test_a_job_that_ends_before_jupyter_ends_the_start_with_sacct_reason(r
     runner.state = "gone"
     with pytest.raises(RuntimeError, match=r"ended before Jupyter started \(CANCELLED"):
         await asyncio.wait_for(start, 5)
+
+
+async def test_an_end_slurmdbd_has_not_recorded_yet_is_settled_in_the_background(
+    runner, monkeypatch
+):
+    """squeue no longer lists the job, but sacct has no final state yet: the
+    hub shows the server stopped at once; the home page says Slurm has not
+    recorded how it ended, then how, and the notice follows, once."""
+    monkeypatch.setattr(card, "SETTLE_WAITS", (0.05,) * 4)
+    s = spawner("unit-settle")
+    s.user_options = {"gpus": 1}
+    s._wait_answering = no_answer_wait
+    start = asyncio.ensure_future(s.start())
+    while runner.state is None:
+        await asyncio.sleep(0.01)
+    runner.state = "RUNNING"
+    s.report_port(54321)
+    await asyncio.wait_for(start, 5)
+    target = Followed(user=ME, address="", session="Jupyter", link="/user/x/", home="/hub/home",
+                      slice="1 GPU", warn_minutes=0)  # fmt: skip
+    s.poller.notices.follow("4242", target)
+    runner.sacct = ["", "RUNNING|0:0|None"]
+    runner.state = "gone"
+    for _ in range(100):  # the shared squeue's next round
+        if await s.poll() == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert s.job_id == ""
+    assert "not recorded yet" in s.ended_info()["why"]
+    ended = lambda: [e for e in s.poller.notices.events.get(ME, ()) if e["kind"] == "ended"]  # noqa: E731
+    assert not ended()
+    await asyncio.wait_for(s._settling, 5)
+    assert s.ended_info()["why"] == "it was cancelled" and s.last_end["job_id"] == "4242"
+    [event] = ended()
+    assert event["job_id"] == "4242" and "cancelled" in event["body"]
+    assert sum(commands.command("sacct") in argv for argv in runner.calls) == 3
 
 
 @pytest.mark.parametrize(
