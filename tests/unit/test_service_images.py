@@ -50,6 +50,7 @@ class FakeCheck:
         self.delay = delay
         self.threads = set()  # where it ran
         self.running = self.most = 0  # how many ran at once
+        self.hold = None  # a threading.Event each check waits for, when set
 
     def __call__(self, path, steps):
         self.calls.append((os.path.basename(path), [what for what, _, _ in steps["imports"]]))
@@ -57,6 +58,8 @@ class FakeCheck:
         self.running += 1
         self.most = max(self.most, self.running)
         time.sleep(self.delay)
+        if self.hold is not None:
+            self.hold.wait(30)
         self.running -= 1
         broken = open(os.path.join(path, "BROKEN")).read().split() if (
             os.path.exists(os.path.join(path, "BROKEN"))) else []  # fmt: skip
@@ -385,11 +388,17 @@ async def test_changed_images_are_checked_again_in_the_background_one_at_a_time(
         path = fake_image(service.images, "pytorch", "pytorch")
         images = service.ops.images
         assert images.stale() == [("pytorch", "pytorch")]
-        # never on the event loop: a page answers while a check runs
+        # never on the event loop: a page answers while a check runs (held
+        # until the page has answered, however loaded the machine)
+        service.check.hold = threading.Event()
         task = asyncio.ensure_future(images.recheck())
-        await asyncio.sleep(0.05)
+        for _ in range(3000):
+            if service.check.running:
+                break
+            await asyncio.sleep(0.01)
         page = await service.fetch("profiles")
         assert page.code == 200 and not task.done()
+        service.check.hold.set()
         (check,) = await task
         assert (check["ok"], check["checked_by"]) == (True, "portal service")
         assert images.stale() == [] and await images.recheck() == []
