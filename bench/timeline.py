@@ -20,10 +20,19 @@ JUPYTER_UP = re.compile(
     re.M,
 )
 
+HUB_STAMP = r"^\[I (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) JupyterHub \S+\] "
+# JupyterHub's own lines after the spawner's start returned: its check that
+# the server is up (``Server.wait_up``), then the proxy's route asked for
+HUB_AFTER = {
+    "hub saw it up": "User {name} took [0-9.]+ seconds to start",
+    "route asked": "Adding user {name} to proxy",
+}
+
 # the order a spawn goes through, for printing
 ORDER = (
     "submitted", "script", "activate", "exec", "port reported", "running seen",
-    "GPU indices", "jupyter listening", "answered", "ready through the proxy",
+    "GPU indices", "jupyter listening", "answered", "hub saw it up", "route asked",
+    "ready through the proxy",
 )  # fmt: skip
 
 
@@ -32,16 +41,24 @@ def spawn_timeline(hub_log, home, log_dir=".portal/logs", name=None):
     the job's marks from its log in ``home``/``log_dir``; {} if none is logged."""
     lines = Path(hub_log).read_text(errors="replace").splitlines()
     match = None
-    for line in reversed(lines):
-        match = HUB_LINE.search(line)
+    for at in range(len(lines) - 1, -1, -1):
+        match = HUB_LINE.search(lines[at])
         if match and (name is None or match.group(1) == name):
             break
         match = None
     if not match:
         return {}
-    _, job_id, began, events = match.groups()
+    user, job_id, began, events = match.groups()
     began = float(began)
     timeline = {event.strip(): float(t) for event, t in HUB_EVENT.findall(events)}
+    for event, pattern in HUB_AFTER.items():
+        wanted = re.compile(HUB_STAMP + pattern.format(name=re.escape(user)))
+        for line in lines[at + 1 : at + 200]:
+            found = wanted.search(line)
+            if found:
+                when = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+                timeline[event] = when - began
+                break
     job_log = Path(home) / log_dir / f"jupyter-{job_id}.log"
     try:
         text = job_log.read_text(errors="replace")

@@ -9,6 +9,7 @@ and ``load_user_options``, which JupyterHub calls, delegate here.
 """
 
 import re
+from datetime import datetime
 from html import escape as html_escape
 from pathlib import Path
 
@@ -302,6 +303,42 @@ def render_options_form(
         cpu_partitions={
             name for name in poller.partitions if catalog is not None and catalog.cpu_only(name)
         },
+        reserved=reserved_free(poller.partitions, catalog),
         cluster_error=poller.cluster_error,
         known=bool(poller.partitions),
     )
+
+
+def reserved_free(partitions, catalog, now=None):
+    """``{partition: {"held", "names", "free", "largest_free"}}``: the free
+    GPUs on nodes an active reservation holds (``held``, of the reservations
+    ``names``), free only to a session in it, and what is free, and most on
+    one node, outside them; only partitions with such nodes. The page's
+    table says both.
+
+    >>> from portal.slurm.model import Node, Partition, Reservation, SiteCatalog
+    >>> def node(name, free):
+    ...     return Node(name, ("sxm2",), 4, 4 - free, 32, 0, 1024, 0, "idle")
+    >>> sxm2 = Partition("sxm2", (node("n1", 3), node("n3", 2)), "1-00:00:00")
+    >>> course = Reservation("course", datetime(2026, 1, 1), None, ("n3",), "", (), (), ())
+    >>> reserved_free({"sxm2": sxm2}, SiteCatalog(reservations=(course,)), datetime(2026, 6, 1))
+    {'sxm2': {'held': 2, 'names': ['course'], 'free': 3, 'largest_free': 3}}
+    """
+    if catalog is None:
+        return {}
+    now = now or datetime.now()
+    held = [r for r in catalog.reservations if r.active(now) and r.nodes]
+    found = {}
+    for name, partition in partitions.items():
+        nodes = {node for r in held for node in r.nodes}
+        inside = [n for n in partition.nodes if n.name in nodes]
+        if not inside:
+            continue
+        outside = [n.gpus_free for n in partition.nodes if n.name not in nodes]
+        found[name] = {
+            "held": sum(n.gpus_free for n in inside),
+            "names": sorted({r.name for r in held for n in inside if n.name in r.nodes}),
+            "free": sum(outside),
+            "largest_free": max(outside, default=0),
+        }
+    return found

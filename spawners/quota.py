@@ -196,18 +196,41 @@ async def user_quota(spawner, partition, fresh=False, account="", qos=""):
 def starting_gpus(spawner, partition):
     """The GPUs of the user's other sessions on ``partition`` whose jobs do
     not run yet (being submitted, or pending): Slurm's count of what the
-    user holds has none of them, and each will hold its GPUs once it runs.
+    user holds has none of them, and each will hold its GPUs once it runs
+    (``partition`` None: on any partition).
     (Two requests at once each count the other: both may be refused, never
     both let through to pend.)"""
     total = 0
     for other in running_sessions(spawner):
         other_slice = getattr(other, "job_slice", None)
-        if other_slice is None or other_slice.partition != partition:
+        if other_slice is None or partition not in (None, other_slice.partition):
             continue
         job = spawner.poller.job(other.job_id) if getattr(other, "job_id", "") else None
         if job is None or not job.running:
             total += other_slice.gpus * other_slice.nodes
     return total
+
+
+def page_quotas(spawner, names):
+    """``{qos: {"text", "room"}}``: for the spawn page's site choices, what
+    each QOS of ``names`` lets the user ask for still (``GpuQuota``), as
+    the shared poll's last read of the usage saw it (no Slurm call), with
+    the GPUs of their sessions starting; only QOS whose limits are read."""
+    quotas = spawner.poller.quotas
+    if not quotas.read or quotas.error or not names:
+        return {}
+    try:
+        uid = spawner.account().pw_uid
+    except web.HTTPError:  # no such Unix account: the page says why elsewhere
+        return {}
+    waiting = starting_gpus(spawner, None)
+    found = {}
+    for qos in sorted(names):
+        if qos in quotas.limits:
+            held = quotas.usage.get(qos, {}).get(uid, 0)
+            quota = GpuQuota(qos, quotas.limits[qos], held, waiting)
+            found[qos] = {"text": quota.describe(), "room": quota.room}
+    return found
 
 
 async def check(spawner, job_slice):

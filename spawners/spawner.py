@@ -157,9 +157,15 @@ class PortalSpawner(
             groups = self.check_account()
         except ProfileError:
             groups = []
-        return lambda profile: choices.offer(
-            profile, poller.partitions, catalog, name, now, last, self.gpu_memory_gb, groups
-        )
+
+        def site(profile):
+            found = choices.offer(
+                profile, poller.partitions, catalog, name, now, last, self.gpu_memory_gb, groups
+            )
+            found["quotas"] = quota.page_quotas(self, choices.offered_qos(found))
+            return found
+
+        return site
 
     def _restore_last_options(self):
         orm = self.orm_spawner

@@ -22,9 +22,10 @@ from dataclasses import replace
 from portal.core.slice import CHOICE_LABELS, SliceError
 
 
-def _models(partition):
-    """``{model: GpuModel}`` of a partition's typed GRES ("" untyped left out)."""
-    return {name: model for name, model in partition.gpu_models().items() if name}
+def _models(partition, nodes=None):
+    """``{model: GpuModel}`` of a partition's typed GRES ("" untyped left
+    out), on its ``nodes`` (names; None: all)."""
+    return {name: model for name, model in partition.gpu_models(nodes).items() if name}
 
 
 def _features(partition):
@@ -249,6 +250,9 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None, g
     """
     last = last or {}
     gpu_memory = gpu_memory or {}
+    # nodes an active reservation holds: free only to a session in it
+    held_now = [r for r in catalog.reservations if r.active(now)] if catalog else []
+    reserved = {node for r in held_now for node in r.nodes}
     parts = []
     for name in profile.all_partitions:
         partition = partitions.get(name)
@@ -256,31 +260,19 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None, g
             parts.append({"name": name, "gpus": None, "models": [], "features": [],
                           "reason": "Not known to the cluster now"})  # fmt: skip
             continue
-        models = [
-            {
-                "type": m.type,
-                "free": m.free,
-                "total": m.total,
-                "largest_free": m.largest_free,
-                "most_on_node": _model_on_node(partition, m.type),
-                "memory_gb": gpu_memory.get(m.type),
-            }
-            for m in sorted(_models(partition).values(), key=lambda m: m.type)
-            if not profile.gpu_types or m.type in profile.gpu_types
-        ]
         features = [
             f for f in _features(partition) if not profile.features or f in profile.features
         ]
         gpus = not without_gpus(partition, catalog)
         reason = "" if gpus or profile.cpu_sessions else "No GPUs here, and no sessions without"
         largest = partition.largest_node
+        everyone = {n.name for n in partition.nodes} - reserved
         parts.append({
-            "name": name, "gpus": gpus, "models": models,
+            "name": name, "gpus": gpus,
+            **free_view(partition, everyone, profile, gpu_memory),
             "features": features if "feature" in profile.choose else [],
             "reason": reason,
-            "free": partition.gpus_free, "total": partition.gpus,
-            "largest_free": partition.largest_free,
-            "nodes_free": sorted((n.gpus_free for n in partition.nodes), reverse=True),
+            "total": partition.gpus,
             "offered_gpus": max(1, min(profile.max_gpus, largest.gpus if largest else 0)),
             "offered_nodes": max(1, min(profile.max_nodes, len(partition.nodes))),
             "cores": min(profile.max_cores, max((n.cpus for n in partition.nodes), default=0)),
@@ -295,26 +287,35 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None, g
     if last.get("account") in accounts:
         accounts = [last["account"], *(a for a in accounts if a != last["account"])]
     names = [p["name"] for p in parts]
+    chosen_accounts = accounts if "account" in profile.choose else accounts[:1]
+    # the QOS of a session naming none, per account and partition (a
+    # session of 1 GPU, or none on a partition without)
+    gpus_of = {p["name"]: 1 if p["gpus"] else 0 for p in parts}
+    result["usual_qos"] = {
+        account: {p: usual_choice(catalog, user, account, p, gpus_of[p]) for p in names}
+        for account in chosen_accounts
+    }
     if "account" in profile.choose:
         for account in accounts:
             share = catalog.shares.get((account, user))
+            reasons = {p: catalog.account_refusal(user, account, p) for p in names}
+            if "qos" not in profile.choose:  # its usual QOS is the only one
+                usual = result["usual_qos"][account]
+                reasons = {p: reasons[p] or usual[p]["reason"] for p in names}
             result["accounts"].append({
                 "name": account,
                 "fairshare": round(share.fairshare, 3) if share else None,
                 "gpu_hours": round(share.gpu_hours, 1) if share else None,
-                "reasons": {p: catalog.account_refusal(user, account, p) for p in names},
+                "reasons": reasons,
             })  # fmt: skip
     if "qos" in profile.choose:
-        # the reasons for a session of 1 GPU, or none on a partition without
-        for account in accounts if "account" in profile.choose else accounts[:1]:
+        for account in chosen_accounts:
             result["qos"][account] = {
-                p["name"]: [
+                p: [
                     {"name": q, "limits": _qos_limits(catalog, q), "reason": reason}
-                    for q, reason in catalog.qos_choices(
-                        user, account, p["name"], 1 if p["gpus"] else 0
-                    )
+                    for q, reason in catalog.qos_choices(user, account, p, gpus_of[p])
                 ]
-                for p in parts
+                for p in names
             }
     if "reservation" in profile.choose:
         for held, reason in catalog.reservation_choices(user, accounts, now, list(groups)):
@@ -330,11 +331,68 @@ def offer(profile, partitions, catalog, user, now, last=None, gpu_memory=None, g
                     reasons[p] = f"Its nodes ({', '.join(held.nodes)}) are not in {p}"
                 else:
                     reasons[p] = ""
+            free = {
+                p: free_view(partitions[p], set(held.nodes), profile, gpu_memory)
+                for p in names if p in partitions and not reasons[p]
+            }  # fmt: skip
             result["reservations"].append({
                 "name": held.name, "window": held.window(), "nodes": list(held.nodes),
-                "active": held.active(now), "reasons": reasons,
+                "active": held.active(now), "reasons": reasons, "free": free,
             })  # fmt: skip
     return result
+
+
+def free_view(partition, names, profile, gpu_memory):
+    """What is free on the nodes ``names`` of ``partition`` for the page:
+    GPUs free, the most on one node, each node's free GPUs (most first),
+    and the profile's GPU ``models`` there (free, total, most free on one
+    node, most on one node, memory where the site declares it)."""
+    nodes = [n for n in partition.nodes if n.name in names]
+    models = [
+        {
+            "type": m.type,
+            "free": m.free,
+            "total": m.total,
+            "largest_free": m.largest_free,
+            "most_on_node": max(
+                (t for n in nodes for kind, t, _used in n.gpu_types if kind == m.type), default=0
+            ),
+            "memory_gb": gpu_memory.get(m.type),
+        }
+        for m in sorted(_models(partition, names).values(), key=lambda m: m.type)
+        if not profile.gpu_types or m.type in profile.gpu_types
+    ]
+    return {
+        "free": sum(n.gpus_free for n in nodes),
+        "largest_free": max((n.gpus_free for n in nodes), default=0),
+        "nodes_free": sorted((n.gpus_free for n in nodes), reverse=True),
+        "models": models,
+    }
+
+
+def usual_choice(catalog, user, account, partition, gpus):
+    """The QOS a session of ``user`` in ``account`` on ``partition`` that
+    names none runs under (``complete``'s choice where the usual one would
+    refuse it), and why it cannot ("" when it can): the page's "account's
+    default"."""
+    usual = usual_qos(catalog, user, account, partition)
+    reasons = dict(catalog.qos_choices(user, account, partition, gpus))
+    if not usual or not reasons.get(usual):
+        return {"name": usual, "reason": ""}
+    better = catalog.default_qos(user, account, partition, gpus)
+    return {"name": better, "reason": ""} if better else {"name": usual, "reason": reasons[usual]}
+
+
+def offered_qos(found):
+    """Every QOS an ``offer`` names: its accounts' usual ones and the choices.
+
+    >>> offered_qos({"usual_qos": {"a": {"gpu": {"name": "n", "reason": ""}}},
+    ...              "qos": {"a": {"gpu": [{"name": "m", "limits": "", "reason": "x"}]}}})
+    ['m', 'n']
+    """
+    names = {u["name"] for a in found.get("usual_qos", {}).values() for u in a.values()}
+    names |= {q["name"] for a in found.get("qos", {}).values() for qs in a.values() for q in qs}
+    return sorted(n for n in names if n)
 
 
 def _qos_limits(catalog, name):

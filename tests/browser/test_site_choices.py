@@ -85,6 +85,10 @@ def test_models_and_accounts_as_the_site_has_them(page, browser_login, hub, shot
 def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, shot):
     errors = watch_errors(page)
     site_page(page, browser_login, "bob")
+    # the table of what is free: n3's GPUs are the reservation's, not bob's
+    expect(page.locator('#availability tr[data-partition="sxm2"]')).to_contain_text(
+        re.compile(r"\d of 6 \(and \d free in reservation vision-course\)")
+    )
     page.select_option("#partition", "sxm2")
     held = [(t, off) for v, t, off in options(page, "#reservation") if v == "vision-course"]
     assert held in ([], [(held[0][0], True)]), held
@@ -96,7 +100,20 @@ def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, sh
     page.select_option("#account", "lab-nlp")
     [(text, disabled)] = [(t, off) for v, t, off in options(page, "#qos") if v == "nlp"]
     assert disabled and "Partition pcie denies QOS nlp" in text, text
+    # the account's default is nlp too: no choice either, and the page says
+    # the session cannot start (it once said "Can start now")
+    [(text, disabled)] = [(t, off) for v, t, off in options(page, "#qos") if v == ""]
+    assert disabled and text.startswith("The account's default (nlp): not available"), text
+    expect(page.locator("#queue-note")).to_have_text(
+        "Cannot start: QOS: Partition pcie denies QOS nlp."
+    )
     shot_listed(page, shot, "site-choices-qos-denied-bob", "#qos")
+    # the quota line names the QOS the session would run under
+    page.select_option("#partition", "gpu")
+    page.select_option("#account", "lab-nlp")
+    expect(page.locator("#gpu-quota")).to_contain_text("QOS nlp")
+    page.select_option("#account", "portal")
+    expect(page.locator("#gpu-quota")).to_contain_text("QOS portal")
 
     page.context.clear_cookies()
     site_page(page, browser_login, "alice")
@@ -104,8 +121,14 @@ def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, sh
     [(text, disabled)] = [(t, off) for v, t, off in options(page, "#reservation")
                           if v == "vision-course"]  # fmt: skip
     assert not disabled, text
+    # n3 is the reservation's: outside it, sxm2's free v100-sxm2 are n1's
+    # alone (4 at most); inside, n3's 2
+    sxm2 = dict((v, t) for v, t, _ in options(page, "#gpu_type"))["v100-sxm2"]
+    assert re.match(r"v100-sxm2: \d of 4 free", sxm2), sxm2
     page.select_option("#account", "lab-vision")
     page.select_option("#reservation", "vision-course")
+    sxm2 = dict((v, t) for v, t, _ in options(page, "#gpu_type"))["v100-sxm2"]
+    assert re.match(r"v100-sxm2: \d of 2 free", sxm2), sxm2
     page.select_option("#gpus", "1")
     shot_listed(page, shot, "site-choices-reservation-alice", "#reservation")
     assert errors == []

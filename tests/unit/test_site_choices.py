@@ -102,6 +102,44 @@ def test_the_page_offers_each_model_and_shows_what_it_refuses_disabled(cluster):
     assert course["window"] == "Sat 28 Nov 12:08 to Sun 28 Nov 2027 12:08"  # a year-long one
 
 
+def test_the_account_s_default_qos_is_offered_disabled_where_the_partition_denies_it(cluster):
+    """bob's lab-nlp on pcie: its usual QOS nlp is denied there, so "the
+    account's default" is no choice (the page once said "Can start now");
+    a CPU session's default is the cpu QOS the portal names for it."""
+    partitions, catalog = cluster
+    offer = choices.offer(SITE, partitions, catalog, "bob", NOW)
+    assert offer["usual_qos"]["lab-nlp"]["pcie"] == {
+        "name": "nlp", "reason": "Partition pcie denies QOS nlp"
+    }  # fmt: skip
+    assert offer["usual_qos"]["lab-nlp"]["gpu"] == {"name": "nlp", "reason": ""}
+    assert offer["usual_qos"]["portal"]["cpu"] == {"name": "cpu", "reason": ""}
+    assert choices.offered_qos(offer) == ["cpu", "nlp", "portal"]
+    # without the QOS choice, the account itself is disabled there
+    no_qos = profile_from_dict({**SITE.to_dict(), "choose": ["account"]})
+    offer = choices.offer(no_qos, partitions, catalog, "bob", NOW)
+    nlp = next(a for a in offer["accounts"] if a["name"] == "lab-nlp")
+    assert nlp["reasons"]["pcie"] == "Partition pcie denies QOS nlp" and not nlp["reasons"]["gpu"]
+
+
+def test_a_reservation_s_nodes_count_free_only_inside_it(cluster):
+    """n3 (2 v100-sxm2) is held by vision-course: sxm2's free GPUs leave it
+    out, and the reservation's view of sxm2 is n3's alone."""
+    partitions, catalog = cluster
+    sxm2 = partitions["sxm2"]
+    n3 = next(n for n in sxm2.nodes if n.name == "n3")
+    offer = choices.offer(SITE, partitions, catalog, "alice", NOW)
+    part = next(p for p in offer["partitions"] if p["name"] == "sxm2")
+    assert part["free"] == sxm2.gpus_free - n3.gpus_free and part["total"] == sxm2.gpus
+    assert len(part["nodes_free"]) == len(sxm2.nodes) - 1
+    course = next(r for r in offer["reservations"] if r["name"] == "vision-course")
+    inside = course["free"]["sxm2"]
+    assert (inside["free"], inside["nodes_free"]) == (n3.gpus_free, [n3.gpus_free])
+    assert [(m["type"], m["total"], m["most_on_node"]) for m in inside["models"]] == [
+        ("v100-sxm2", 2, 2)
+    ]
+    assert "pcie" not in course["free"]  # refused there: no view
+
+
 def test_without_a_catalog_a_named_account_waits_and_plain_choices_pass(cluster):
     partitions, _ = cluster
     job_slice = SITE.make_slice(1, 2, None, "sxm2", account="lab-vision")
