@@ -270,15 +270,18 @@ def refusal(message):
 
 
 def render_options_form(
-    offered, poller, last, link=None, username="you", quotas=None, name_sessions=0, site=None
-):
+    offered, poller, last, link=None, username="you", quotas=None, name_sessions=0, site=None,
+    main_running=False,
+):  # fmt: skip
     """The spawn page's HTML for the ``offered`` profiles (at least one),
     sized by what the shared ``poller`` knows now and the user's GPU
     ``quotas`` (``offered_choices``), pre-filled with the ``last`` options
     or a spawn ``link``'s values (then with notes on what did not fit).
     ``name_sessions``: how many sessions the user may run at once, when this
     page (the default session's) may name a new one beside it; 0 otherwise.
-    ``site``: profile -> the site's choices it offers (``portal.slurm.choices.offer``)."""
+    ``site``: profile -> the site's choices it offers (``portal.slurm.choices.offer``).
+    ``main_running``: the page of a preset's edit while the user's main
+    session runs: a start needs a new session's name (or a stop first)."""
     if link is not None:
         # a link's values alone: what it leaves out takes the profile's defaults
         last = link
@@ -296,6 +299,7 @@ def render_options_form(
         notify_value=values["notify"],
         username=username,
         name_sessions=name_sessions,
+        main_running=main_running,
         link_notes=link_notes(link, current, values) if link else [],
         last=last,
         partitions=sorted(poller.partitions.values(), key=lambda part: part.name),

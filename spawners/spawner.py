@@ -204,6 +204,8 @@ class PortalSpawner(
         return form.render_options_form(
             offered, poller, last, link, self.user.name, quotas, naming,
             site=self.site_offer(link if link is not None else last),
+            # only a preset's edit page renders it while this session runs
+            main_running=not self.name and bool(self.job_id),
         )  # fmt: skip
 
     # -- running Slurm's commands ---------------------------------------

@@ -11,6 +11,9 @@ from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs, wait_no_
 NAME = "ResNet 2×V100 2 h"
 
 
+START = "#spawn_form input[type=submit], #spawn_form button[type=submit]"
+
+
 def test_a_preset_saved_started_in_one_click_edited_and_deleted(page, browser_login, hub, shot):
     browser_login(page, "alice")
     try:
@@ -37,6 +40,19 @@ def test_a_preset_saved_started_in_one_click_edited_and_deleted(page, browser_lo
         page.goto(hub + "/hub/home")
         expect(page.locator("#session-gpus")).to_have_text(re.compile(r"^2 "))
         shot(page, "presets-started")
+        # its Edit while the main session runs: a start needs another
+        # session's name (it once answered JupyterHub's "already running")
+        page.locator(f".home-preset[data-name='{NAME}'] .preset-edit").click()
+        expect(page.locator("#session-name-running")).to_contain_text("Your main session runs")
+        page.click(START)
+        assert (
+            page.locator("#session-name")
+            .evaluate("e => e.validationMessage")
+            .startswith("Your main session runs")
+        )
+        assert "/presets/" in page.url and len(user_jobs("alice")) == 1  # nothing started
+        shot(page, "presets-edit-running")
+        page.goto(hub + "/hub/home")
         page.click("#stop")
         expect(page.locator("#start")).to_contain_text("Start My Server", timeout=30_000)
         wait_no_jobs("alice")
