@@ -388,6 +388,36 @@ def visibility_part(settings):
                                      "portal-slurm-read")  # fmt: skip
 
 
+CATALOG_KINDS = {
+    "accounts": "accounts",
+    "users": "users' associations",
+    "reservations": "reservations",
+}
+
+
+def catalog_part(kinds):
+    """Whether PrivateData (``kinds``: what it hides, ``private_kinds``)
+    leaves the spawn page's site choices whole: accounts, users or
+    reservations hidden from the hub's account (no Slurm operator) leave
+    the page without them; Slurm still checks what a session names.
+
+    >>> catalog_part({"jobs", "usage"}).mark
+    'ok'
+    >>> catalog_part({"accounts", "reservations"}).detail[:46]
+    "hides accounts, reservations from the hub's ac"
+    """
+    hidden = [CATALOG_KINDS[k] for k in sorted(kinds) if k in CATALOG_KINDS]
+    if not hidden:
+        return Result(OK, "PrivateData catalog", "hides no account, user or reservation")
+    return Result(
+        WARN, "PrivateData catalog",
+        f"hides {', '.join(hidden)} from the hub's account: the spawn page lists no account, "
+        "QOS or reservation choice it cannot see (Slurm still checks what a session names)",
+        "make the hub's account a Slurm operator (sacctmgr modify user NAME set "
+        "adminlevel=operator), or take accounts, users and reservations out of PrivateData",
+    )  # fmt: skip
+
+
 def association_parts(settings, groups):
     members = sorted({m for ms in groups.values() if ms for m in ms})
     if not members:
@@ -818,6 +848,10 @@ def checks(settings):
     yield from group_parts(settings, groups)
     yield from association_parts(settings, groups)
     yield visibility_part(settings)
+    try:
+        yield catalog_part(asyncio.run(slurm.private_kinds(TIMEOUT)))
+    except SlurmError:
+        pass  # visibility_part said why
     yield from sudo_parts(settings, groups, settings["check"]["user"])
     yield ldap_part(settings)
     yield database_part(settings)
