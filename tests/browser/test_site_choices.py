@@ -8,7 +8,13 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs, wait_no_jobs
+from tests.support.jobs import (
+    cancel_jobs_of,
+    sacct_record,
+    scontrol_job,
+    user_jobs,
+    wait_no_jobs,
+)
 
 START = "#spawn_form input[type=submit], #spawn_form button[type=submit]"
 
@@ -65,7 +71,7 @@ def start_and_stop(page, hub, user, shot, name):
 def test_models_and_accounts_as_the_site_has_them(page, browser_login, hub, shot):
     errors = watch_errors(page)
     site_page(page, browser_login, "carol")
-    expect(page.locator("#partition")).to_have_value("gpu")
+    page.select_option("#partition", "gpu")  # her last session's may be another
     models = {v: text for v, text, _ in options(page, "#gpu_type")}
     assert set(models) == {"", "v100-sxm2", "v100-pcie"}
     for model in ("v100-sxm2", "v100-pcie"):
@@ -73,6 +79,18 @@ def test_models_and_accounts_as_the_site_has_them(page, browser_login, hub, shot
     accounts = [v for v, _, _ in options(page, "#account")]
     assert sorted(accounts) == ["lab-nlp", "lab-vision", "portal"]
     shot_listed(page, shot, "site-choices-models-carol", "#gpu_type", "#account")
+    # a session on the PCIe model, under the account chosen: its GRES typed
+    # on its partition (scontrol), and sacct records that model's TRES
+    page.select_option("#partition", "pcie")
+    page.select_option("#gpu_type", "v100-pcie")
+    page.select_option("#account", "lab-vision")
+    page.select_option("#gpus", "1")
+    expect(page.locator("#queue-note")).not_to_contain_text("Cannot start")
+    job = start_and_stop(page, hub, "carol", shot, "site-choices-pcie-running")
+    assert (job["Partition"], job["Account"]) == ("pcie", "lab-vision"), job
+    assert "gres/gpu:v100-pcie=1" in job["TRES"].split(","), job["TRES"]
+    tres, account, _qos = sacct_record(job["JobId"])
+    assert "gres/gpu:v100-pcie=1" in tres.split(",") and account == "lab-vision", tres
 
     page.context.clear_cookies()
     site_page(page, browser_login, "bob")
@@ -122,7 +140,8 @@ def test_reservation_for_its_group_and_a_denied_qos(page, browser_login, hub, sh
                           if v == "vision-course"]  # fmt: skip
     assert not disabled, text
     # n3 is the reservation's: outside it, sxm2's free v100-sxm2 are n1's
-    # alone (4 at most); inside, n3's 2
+    # alone (4 at most); inside, n3's 2 (her last session's may have been in it)
+    page.select_option("#reservation", "")
     sxm2 = dict((v, t) for v, t, _ in options(page, "#gpu_type"))["v100-sxm2"]
     assert re.match(r"v100-sxm2: \d of 4 free", sxm2), sxm2
     page.select_option("#account", "lab-vision")

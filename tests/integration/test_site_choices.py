@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.support.jobs import squeue, stop_session
+from tests.support.jobs import sacct_record, squeue, stop_session
 from tests.support.testhub import JOB_NAME
 
 PROFILE = "pytorch-site"  # deploy/portal.toml's, made on the test hub as carol
@@ -60,22 +60,6 @@ def scontrol_detail(job_id):
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
-
-
-def sacct_record(job_id, timeout=60):
-    """``(AllocTRES, Account, QOS)`` slurmdbd records of ``job_id`` once it ended."""
-    deadline = time.monotonic() + timeout
-    row = ""
-    while time.monotonic() < deadline:
-        row = subprocess.run(
-            ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State,AllocTRES,Account,QOS"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        state, *rest = row.split("|") if row else ("",)
-        if state and state not in ("PENDING", "RUNNING", "COMPLETING") and rest[0]:
-            return tuple(rest)
-        time.sleep(1)
-    raise AssertionError(f"sacct has no end of job {job_id} within {timeout} s: {row!r}")
 
 
 def start(client, name, **options):

@@ -22,6 +22,26 @@ def scontrol_job(job_id):
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
 
 
+def sacct_record(job_id, timeout=60):
+    """``(AllocTRES, Account, QOS)`` slurmdbd records of ``job_id`` once it
+    ended and the record names them."""
+    deadline = time.monotonic() + timeout
+    row = ""
+    while time.monotonic() < deadline:
+        row = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "State,AllocTRES,Account,QOS"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        state, *rest = row.split("|") if row else ("",)
+        # slurmdbd fills a record in steps: seen in CI, an ended job's QOS
+        # read "Unknown" first (its QOS named a moment later)
+        settled = rest and rest[0] and rest[2] not in ("", "Unknown")
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING") and settled:
+            return tuple(rest)
+        time.sleep(1)
+    raise AssertionError(f"sacct has no end of job {job_id} within {timeout} s: {row!r}")
+
+
 def user_jobs(user):
     """``[[job_id, state], ...]`` of the test hub's jobs of ``user`` (``a,b``: of several)."""
     return squeue("-n", JOB_NAME, "-u", user, "-o", "%i %T")
