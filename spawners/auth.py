@@ -20,7 +20,10 @@ searches are synchronous: a login runs them in a thread, as a refresh does,
 so that the hub's event loop is never held by the directory. The
 directory's schema (which ldap3 reads and parses at every bind, by
 default: a tenth of the hub's time under a wave of logins) is read at the
-first bind only, and kept (``get_connection``).
+first bind only, and kept (``get_connection``). The look-ups of groups
+and mail (a refresh before each spawn among them) share one connection,
+bound once and kept (``KeptConnection``): a new bind with StartTLS took
+about 70 ms of every spawn.
 
 A user's hub name is their Unix account, spelled as NSS names it (it runs
 their Slurm jobs: ``sudo -u NAME sbatch``): names are not lowered
@@ -39,10 +42,13 @@ password. The counts live in the hub's memory; a hub restart forgets them.
 import asyncio
 import math
 import pwd
+import threading
+import time
 
 import ldap3
 from ldap3.core.exceptions import (
     LDAPBindError,
+    LDAPCommunicationError,
     LDAPException,
     LDAPOperationResult,
     LDAPSocketOpenError,
@@ -62,6 +68,73 @@ from spawners.ldap_settings import MEMBER_OF, group_search, member_of_groups
 from spawners.throttle import LoginThrottle
 
 LDAP = defaults()["ldap"]  # deploy/portal.toml, the one declaration of the defaults
+# The kept look-up connection (KeptConnection): one unused this long is bound
+# anew rather than trusted (a NAT or firewall may have dropped it without a
+# word: AWS's NAT gateways after 350 s), and an answer is awaited this long.
+LOOKUP_IDLE_SECONDS = 240
+LOOKUP_RECEIVE_TIMEOUT = 10
+
+
+class KeptConnection:
+    """One LDAP connection bound for look-ups, kept from one to the next.
+
+    A bind here (TCP, StartTLS, the bind) takes about 70 ms, a base search
+    about 1 ms; the hub reads a user's groups again before each spawn. Each
+    look-up still asks the directory: no answer is kept, only the bound
+    connection. Look-ups run in threads, one at a time on it (a lock).
+
+    A connection that fails on the wire (the directory restarted, or closed
+    it while idle) is dropped and the look-up tried once more on a new one;
+    one unused for ``idle`` seconds is replaced before use. A look-up that
+    fails in any other way drops it too, and raises. ``connect()`` gives a
+    bound connection, or None when the bind is refused (LDAPBindError).
+    """
+
+    def __init__(self, connect, idle=LOOKUP_IDLE_SECONDS, clock=time.monotonic):
+        self.connect = connect
+        self.idle = idle
+        self.clock = clock
+        self._conn = None
+        self._used = 0.0
+        self._lock = threading.Lock()
+
+    def run(self, work):
+        """``work(conn)`` on the kept connection (made first if there is none)."""
+        with self._lock:
+            if self._conn is not None and (
+                self._conn.closed or self.clock() - self._used > self.idle
+            ):
+                self._drop()
+            while True:
+                fresh = self._conn is None
+                if fresh:
+                    self._conn = self.connect()
+                    if self._conn is None:
+                        raise LDAPBindError("the look-up bind was refused")
+                try:
+                    result = work(self._conn)
+                except LDAPCommunicationError:
+                    self._drop()
+                    if fresh:
+                        raise
+                    continue  # a kept one gone stale: once more, on a new one
+                except BaseException:
+                    self._drop()
+                    raise
+                self._used = self.clock()
+                return result
+
+    def close(self):
+        with self._lock:
+            self._drop()
+
+    def _drop(self):
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.unbind()
+            except Exception:
+                pass  # already gone
 
 
 def login_required(handler):
@@ -77,6 +150,15 @@ def shown(name):
     if len(name) > 32:
         name = f"{name[:16]}...({len(name)} chars)"
     return ascii(name)[1:-1]
+
+
+def hub_groups(user):
+    """The names of the hub groups ``user`` (JupyterHub's ``User``) is in,
+    sorted; None when it has none to read."""
+    groups = getattr(user, "groups", None)
+    if groups is None:
+        return None
+    return sorted(group.name for group in groups)
 
 
 def client_address(handler):
@@ -388,8 +470,10 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         Called by the hub when the login is older than ``auth_refresh_age``
         and before each spawn (``refresh_pre_spawn``). Returns False when the
         account is gone or in none of the ``allowed_groups`` (the hub then asks
-        for a new login, which refuses them), else the model with the
-        ``groups`` LDAP has now. When the directory does not
+        for a new login, which refuses them), True when the groups are the
+        ones the hub has (its groups, and the auth state's where it keeps
+        one), else the model
+        with the ``groups`` LDAP has now. When the directory does not
         answer, the user is kept as they are (True) and it is logged.
         """
         try:
@@ -417,6 +501,16 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             )
             return login_required(handler)
         self.apply_groups(model)
+        stored = not self.enable_auth_state or auth_state.get("ldap_groups") == ldap_groups
+        if stored and hub_groups(user) == model["groups"]:
+            # as stored: JupyterHub stores nothing again (its roles, groups
+            # and auth state, each with a commit) when told True
+            self.log.info(
+                "LDAP groups of %s read again, unchanged: %s",
+                user.name,
+                ", ".join(model["groups"]) or "none",
+            )
+            return True
         self.log.info(
             "LDAP groups of %s refreshed: %s", user.name, ", ".join(model["groups"]) or "none"
         )
@@ -474,37 +568,54 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             candidates = [userdn]
         else:
             candidates = [t.format(username=escape_rdn(username)) for t in self.bind_dn_template]
-        conn = self.get_connection(self.lookup_dn_search_user, self.lookup_dn_search_password)
-        if conn is None:
-            raise LDAPBindError(
-                f"cannot bind as {self.lookup_dn_search_user or 'anonymous'} "
-                "(LDAPAuthenticator.lookup_dn_search_user/lookup_dn_search_password)"
-            )
 
-        def found(base, search_filter, attributes=None):
-            # False for "no match" and "no such entry"; any other error raises
-            if conn.search(base, search_filter, ldap3.BASE, attributes=attributes):
-                return True
-            if conn.result["result"] not in (RESULT_SUCCESS, RESULT_NO_SUCH_OBJECT):
-                raise LDAPOperationResult(
-                    result=conn.result["result"], description=conn.result["description"]
-                )
-            return False
+        def on(conn):
+            def found(base, search_filter, attributes=None):
+                # False for "no match" and "no such entry"; any other error raises
+                if conn.search(base, search_filter, ldap3.BASE, attributes=attributes):
+                    return True
+                if conn.result["result"] not in (RESULT_SUCCESS, RESULT_NO_SUCH_OBJECT):
+                    raise LDAPOperationResult(
+                        result=conn.result["result"], description=conn.result["description"]
+                    )
+                return False
 
-        try:
             userdn = next((dn for dn in candidates if found(dn, "(objectClass=*)")), None)
             if userdn is None:
                 return None
             return then(conn, found, username, userdn)
-        finally:
-            conn.unbind()
 
-    def get_connection(self, userdn, password):
+        try:
+            return self.lookups.run(on)
+        except LDAPBindError:
+            raise LDAPBindError(
+                f"cannot bind as {self.lookup_dn_search_user or 'anonymous'} "
+                "(LDAPAuthenticator.lookup_dn_search_user/lookup_dn_search_password)"
+            ) from None
+
+    @property
+    def lookups(self):
+        """The kept connection of ``_with_entry``'s look-ups (``KeptConnection``),
+        bound as ``lookup_dn_search_user`` (anonymous when unset)."""
+        if self._lookups is None:
+            self._lookups = KeptConnection(
+                lambda: self.get_connection(
+                    self.lookup_dn_search_user,
+                    self.lookup_dn_search_password,
+                    receive_timeout=LOOKUP_RECEIVE_TIMEOUT,
+                )
+            )
+        return self._lookups
+
+    _lookups = None
+
+    def get_connection(self, userdn, password, receive_timeout=None):
         """ldapauthenticator 2.0.2's ``get_connection`` (a connection bound as
         ``userdn``, None when the bind is refused; TLS as ``tls_strategy``
         says), with the directory's schema read at the first bind only: ldap3
         reads it at every bind of a server that asks for it, and parsing it
-        holds the interpreter, the hub's event loop's too, for milliseconds."""
+        holds the interpreter, the hub's event loop's too, for milliseconds.
+        ``receive_timeout``: seconds an answer is awaited (ldap3's; none)."""
         if self.tls_strategy == TlsStrategy.on_connect:
             use_ssl, auto_bind = True, ldap3.AUTO_BIND_NO_TLS
         elif self.tls_strategy == TlsStrategy.before_bind:
@@ -522,7 +633,13 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         if schema is not None:
             server.attach_schema_info(schema)
         try:
-            conn = ldap3.Connection(server, user=userdn, password=password, auto_bind=auto_bind)
+            conn = ldap3.Connection(
+                server,
+                user=userdn,
+                password=password,
+                auto_bind=auto_bind,
+                receive_timeout=receive_timeout,
+            )
         except LDAPSocketOpenError as e:
             if "handshake" in str(e).lower():
                 self.log.error(

@@ -7,6 +7,7 @@ shared demo accounts; it is removed at the end with its memberships and home.
 """
 
 import asyncio
+import socket
 
 import ldap3
 import pytest
@@ -58,11 +59,16 @@ def hub_settings(hub_env):
     return settings.load(hub_env["PORTAL_CONFIG"])
 
 
-def refresh(site, name):
-    """refresh_user of an authenticator configured from the settings ``site``."""
+def authenticator(site):
+    """An authenticator configured from the settings ``site``, as the hub's."""
     c = Config()
     configure_auth(c, site)
-    auth = PortalLDAPAuthenticator(config=c)
+    return PortalLDAPAuthenticator(config=c)
+
+
+def refresh(site, name, auth=None):
+    """refresh_user of ``auth``, or of a new authenticator configured from ``site``."""
+    auth = auth or authenticator(site)
     return asyncio.run(auth.refresh_user(HubUser(name)))
 
 
@@ -92,6 +98,27 @@ def test_refresh_follows_the_groups_in_ldap(hub_settings, member):
     change_membership(name, "portal-admins", ldap3.MODIFY_DELETE)
     change_membership(name, "portal-users", ldap3.MODIFY_DELETE)
     assert refresh(hub_settings, name) is False
+
+
+def test_refreshes_keep_one_bind_and_still_read_each_change(hub_settings, member):
+    """One authenticator, as the hub has one: its refreshes share one bound
+    look-up connection (KeptConnection) and still read the directory each
+    time; a connection cut meanwhile is replaced within the refresh."""
+    name, _ = member
+    auth = authenticator(hub_settings)
+    assert refresh(hub_settings, name, auth)["groups"] == ["portal-users"]
+    kept = auth.lookups._conn
+    assert kept is not None and kept.bound
+    change_membership(name, "portal-admins", ldap3.MODIFY_ADD)
+    assert refresh(hub_settings, name, auth)["groups"] == ["portal-admins", "portal-users"]
+    assert auth.lookups._conn is kept  # read on the same bind
+    kept.socket.shutdown(socket.SHUT_RDWR)  # the connection is cut under it
+    change_membership(name, "portal-admins", ldap3.MODIFY_DELETE)
+    assert refresh(hub_settings, name, auth)["groups"] == ["portal-users"]
+    assert auth.lookups._conn is not kept and auth.lookups._conn.bound
+    change_membership(name, "portal-users", ldap3.MODIFY_DELETE)
+    assert refresh(hub_settings, name, auth) is False
+    auth.lookups.close()
 
 
 def test_refresh_keeps_the_user_while_ldap_is_unreachable(hub_settings, member):

@@ -2,7 +2,13 @@ import ssl
 
 import pytest
 from ldap3 import Tls
-from ldap3.core.exceptions import LDAPSocketOpenError
+from ldap3.core.exceptions import (
+    LDAPBindError,
+    LDAPOperationResult,
+    LDAPSessionTerminatedByServerError,
+    LDAPSocketOpenError,
+    LDAPSocketReceiveError,
+)
 from ldapauthenticator import LDAPAuthenticator
 from tornado import web
 from traitlets import TraitError
@@ -10,7 +16,7 @@ from traitlets.config import Config
 
 from portal import settings
 from portal.settings import group_name
-from spawners.auth import PortalLDAPAuthenticator
+from spawners.auth import KeptConnection, PortalLDAPAuthenticator
 from spawners.hub_config import configure_auth
 
 
@@ -118,16 +124,22 @@ def test_names_keep_their_case():
 class StubUser:
     name = "alice"
 
+    def __init__(self, auth_state=None, groups=None):
+        self.auth_state = auth_state
+        if groups is not None:  # JupyterHub's User: its hub groups
+            self.groups = [type("Group", (), {"name": name}) for name in groups]
+
     async def get_auth_state(self):
-        return None
+        return self.auth_state
 
 
 USERS = "cn=portal-users,ou=groups,dc=portal,dc=example"
 ADMINS = "cn=portal-admins,ou=groups,dc=portal,dc=example"
 
 
-async def refreshed(ldap_groups):
+async def refreshed(ldap_groups, user=None, auth_state=True):
     auth, _ = hub_authenticator()
+    auth.enable_auth_state = auth_state
 
     def lookup_groups(username):
         assert username == "alice"
@@ -136,7 +148,7 @@ async def refreshed(ldap_groups):
         return ldap_groups
 
     auth.lookup_groups = lookup_groups
-    return await auth.refresh_user(StubUser())
+    return await auth.refresh_user(user or StubUser())
 
 
 async def test_refresh_updates_the_groups_and_leaves_admin_alone():
@@ -165,6 +177,24 @@ async def test_a_login_makes_no_jupyterhub_admin_unless_named(monkeypatch, admin
     model = await auth.get_authenticated_user(None, {"username": "carol", "password": "x"})
     assert model["groups"] == ["portal-admins", "portal-users"]
     assert model["admin"] is admin
+
+
+async def test_a_refresh_that_finds_the_groups_as_stored_has_nothing_stored_again():
+    """True: JupyterHub then skips its update of the user (roles, groups,
+    auth state, each committed); any difference gives the model."""
+    stored = {"ldap_groups": [USERS], "other": 1}
+    assert await refreshed([USERS], StubUser(stored, ["portal-users"])) is True
+    model = await refreshed([USERS, ADMINS], StubUser(stored, ["portal-users"]))
+    assert model["groups"] == ["portal-admins", "portal-users"]
+    assert model["auth_state"] == {"ldap_groups": [USERS, ADMINS], "other": 1}
+    # the hub's groups differ from the auth state's (changed by an admin)
+    model = await refreshed([USERS], StubUser(stored, ["portal-users", "portal-admins"]))
+    assert model["groups"] == ["portal-users"]
+    assert await refreshed([], StubUser(stored, ["portal-users"])) is False
+    # without an auth state (the hub's default), the hub's groups alone
+    assert await refreshed([USERS], StubUser(None, ["portal-users"]), auth_state=False) is True
+    model = await refreshed([USERS], StubUser(None, ["portal-users"]), auth_state=True)
+    assert model["groups"] == ["portal-users"]
 
 
 async def test_refresh_forces_a_new_login_outside_the_allowed_groups():
@@ -382,3 +412,101 @@ async def test_no_limit_when_none_is_allowed(monkeypatch):
         assert await log_in(auth, "alice", "guess") is None
     assert (await log_in(auth, "alice", "right"))["name"] == "alice"
     assert len(directory.binds) == 31
+
+
+# -- the kept look-up connection ---------------------------------------------
+
+
+class KeptConn:
+    """A bound connection as KeptConnection uses it: ``closed`` and ``unbind``."""
+
+    def __init__(self, number):
+        self.number = number
+        self.closed = False
+
+    def unbind(self):
+        self.closed = True
+
+
+class Binds:
+    """``connect`` for KeptConnection: a new numbered connection per bind."""
+
+    def __init__(self, refuse=False):
+        self.made = []
+        self.refuse = refuse
+
+    def __call__(self):
+        if self.refuse:
+            return None
+        self.made.append(KeptConn(len(self.made) + 1))
+        return self.made[-1]
+
+
+def test_look_ups_share_one_bind_until_it_has_been_idle_too_long():
+    binds, clock = Binds(), Clock()
+    kept = KeptConnection(binds, idle=240, clock=clock)
+    assert [kept.run(lambda c: c.number) for _ in range(3)] == [1, 1, 1]
+    clock.now += 240
+    assert kept.run(lambda c: c.number) == 1  # used 240 s ago: still kept
+    clock.now += 241
+    assert kept.run(lambda c: c.number) == 2  # idle too long: bound anew
+    assert binds.made[0].closed and not binds.made[1].closed
+
+
+def test_a_kept_connection_gone_stale_is_replaced_and_the_look_up_tried_once_more():
+    binds = Binds()
+    kept = KeptConnection(binds)
+    kept.run(lambda c: c.number)
+    answers = []
+
+    def work(conn):
+        if conn.number == 1:
+            raise LDAPSessionTerminatedByServerError("closed by the server")
+        answers.append(conn.number)
+        return "groups"
+
+    assert kept.run(work) == "groups"
+    assert answers == [2] and binds.made[0].closed
+
+
+def test_a_new_connection_that_fails_raises_without_a_second_try():
+    binds = Binds()
+    kept = KeptConnection(binds)
+    tries = []
+
+    def work(conn):
+        tries.append(conn.number)
+        raise LDAPSocketReceiveError("timed out")
+
+    with pytest.raises(LDAPSocketReceiveError):
+        kept.run(work)
+    assert tries == [1] and binds.made[0].closed
+    assert kept.run(lambda c: c.number) == 2  # the next look-up binds anew
+
+
+def test_a_look_up_that_fails_otherwise_drops_the_connection_and_raises():
+    binds = Binds()
+    kept = KeptConnection(binds)
+
+    def busy(conn):
+        raise LDAPOperationResult(result=51, description="busy")
+
+    with pytest.raises(LDAPOperationResult):
+        kept.run(busy)
+    assert len(binds.made) == 1 and binds.made[0].closed
+    assert kept.run(lambda c: c.number) == 2
+
+
+def test_a_connection_found_closed_is_bound_anew():
+    binds = Binds()
+    kept = KeptConnection(binds)
+    kept.run(lambda c: c.number)
+    binds.made[0].closed = True  # ldap3 saw the socket end
+    assert kept.run(lambda c: c.number) == 2
+
+
+def test_a_refused_look_up_bind_names_the_settings_to_check():
+    auth, _ = hub_authenticator()
+    auth.get_connection = lambda userdn, password, receive_timeout=None: None
+    with pytest.raises(LDAPBindError, match="lookup_dn_search_user/lookup_dn_search_password"):
+        auth.lookup_groups("alice")
