@@ -524,6 +524,8 @@ def configure_spawner(c, settings):
     jupyterhub_patches.install_routes(profiles.store, notebook_jobs)
     # a page's user from its login cookie, and a user by name, without a query
     jupyterhub_patches.install_user_lookups()
+    # JupyterHub's check that a started session answers takes the spawner's
+    jupyterhub_patches.install_answered_wait()
     # the notebook jobs' starts and ends, with the sessions' notices (the shared poll's)
     notices = SlurmPoller.instance(slurm["job_name"]).notices
     notices.sender = notices.sender or site_settings.mail_from(settings)

@@ -14,9 +14,11 @@ functions; importing this module changes nothing.
 """
 
 import ssl
+import time
 
 from jupyterhub import app, objects, user, utils
 from jupyterhub.objects import Server
+from tornado.log import app_log
 
 from portal.tlscontext import ssl_context
 
@@ -306,6 +308,54 @@ def install_internal_tls(domain=""):
         )
 
     wait_up.portal_internal_tls = True
+    Server.wait_up = wait_up
+
+
+# -- the check that a started server answers ---------------------------------
+
+ANSWER_FRESH_SECONDS = 5  # how old an answer JupyterHub's own check takes
+
+
+def note_answer(server, url, response):
+    """Record that the spawner's own check (``spawners.reach``) had
+    ``response`` from ``url`` of the started ``server`` (``Server``): the
+    check of JupyterHub's that follows takes it (``install_answered_wait``)."""
+    server.portal_answer = (url, response, time.monotonic())
+
+
+async def _answered(response):
+    return response
+
+
+def install_answered_wait():
+    """JupyterHub 6.1.1 checks a started server's answer itself as soon as
+    ``Spawner.start`` returns (``User._wait_up``: ``Server.wait_up(http=True,
+    extra_path="api")`` with the hub's client context, the response's
+    ``X-JupyterHub-Version`` read). ``PortalSpawner.start`` returns once its
+    own check of that same URL, with that same context, has had an answer
+    (``spawners.reach``, which tells an unreachable node from a slow
+    start): asking again cost each spawn a new TLS connection and about
+    40 ms. ``Server.wait_up`` takes the answer noted (``note_answer``) for
+    its URL when it is at most ``ANSWER_FRESH_SECONDS`` old, once; else it
+    asks, as JupyterHub does (idempotent)."""
+    if getattr(Server.wait_up, "portal_answered", False):
+        return
+    original = Server.wait_up
+
+    def wait_up(self, timeout=10, http=False, ssl_context=None, extra_path=""):
+        noted = vars(self).pop("portal_answer", None)
+        if http and noted is not None:
+            url, response, when = noted
+            fresh = time.monotonic() - when <= ANSWER_FRESH_SECONDS
+            if fresh and url == utils.url_path_join(self.url, extra_path):
+                app_log.debug("%s answered the spawner's check: not asked again", url)
+                return _answered(response)
+            app_log.debug("%s: the spawner's check (of %s) is not taken", self.url, url)
+        return original(
+            self, timeout=timeout, http=http, ssl_context=ssl_context, extra_path=extra_path
+        )
+
+    wait_up.portal_answered = True
     Server.wait_up = wait_up
 
 

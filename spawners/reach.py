@@ -29,12 +29,15 @@ async def wait_answering(
     target, url, context, *, timeout, interval, unreachable_timeout, log, check_job
 ):
     """Wait for Jupyter's first HTTP answer at ``url`` (TLS ``context`` or
-    None), trying every ``interval`` seconds: True once it answers, False
-    when it has not within ``timeout`` seconds.
+    None), trying every ``interval`` seconds: the answer (Tornado's
+    ``HTTPResponse``) once there is one, None when there is none within
+    ``timeout`` seconds.
 
-    The port is reported before Jupyter listens; the hub's own wait backs
-    off exponentially (0.2, 0.4, ... 3.2 s) and would find the server up to
-    seconds after it answered. The hub's check still follows this one. A
+    The session reports its port once its server listens; a server still
+    busy with its start, or a node the hub does not reach, answers later or
+    never. JupyterHub's own wait backs off exponentially (0.2, 0.4, ... 3.2
+    s) and would find the server up to seconds after it answered; it takes
+    this answer instead (``jupyterhub_patches.install_answered_wait``). A
     node the hub cannot reach for ``unreachable_timeout`` seconds ends the
     wait with an error (``unreachable``), rather than a wait of ``timeout``;
     a certificate the hub does not trust at once (``untrusted``).
@@ -53,7 +56,7 @@ async def wait_answering(
                 ssl_options=context,
             )
             if r.code < 500:
-                return True
+                return r
             unreachable_since = None
         except ConnectionRefusedError:
             unreachable_since = None  # the node answers; Jupyter is not listening yet
@@ -66,7 +69,7 @@ async def wait_answering(
                 raise await unreachable(target, e, unreachable_timeout, log) from None
         await check_job()
         await asyncio.sleep(interval)
-    return False
+    return None
 
 
 async def unreachable(target, error, timeout, log):

@@ -38,7 +38,7 @@ from portal.core.slice import Slice, SliceError
 from portal.slurm import choices
 from portal.slurm import commands as slurm
 
-from . import form, metrics, quota, reach
+from . import form, jupyterhub_patches, metrics, quota, reach
 from .card import SessionCard
 from .container import ContainerSession
 from .form import LinkOptions
@@ -442,11 +442,13 @@ class PortalSpawner(
             )
         finally:
             self.poller.unwatch(self)
-        if not answered:
+        if answered is None:
             raise TimeoutError(
                 f"Jupyter of job {self.job_id} on {self.ip} did not answer at port {self.port} "
                 f"within {self.http_timeout:.0f} s. Its log: {self.job_log}"
             )
+        if self.server is not None:  # JupyterHub's own check takes this answer
+            jupyterhub_patches.note_answer(self.server, url, answered)
 
     async def _check_job(self):
         """Raise, with what sacct says, when the job ended before Jupyter answered."""

@@ -234,3 +234,38 @@ def test_a_preset_starts_through_the_spawn_handlers_own_steps():
     assert list(inspect.signature(BaseHandler._check_named_server_request).parameters)[:4] == [
         "self", "user", "server_name", "display_name",
     ]  # fmt: skip
+
+
+def test_jupyterhub_checks_a_started_server_through_wait_up_of_its_api():
+    """install_answered_wait relies on User._wait_up asking Server.wait_up
+    with http=True and extra_path="api", and reading the answer's headers."""
+    source = inspect.getsource(User._wait_up)
+    assert "server = spawner.server" in source
+    assert re.search(r"server\.wait_up\(\s*http=True,.*extra_path=\"api\"", source, re.S)
+    assert "resp.headers.get('X-JupyterHub-Version')" in source
+
+
+async def test_wait_up_takes_the_spawners_fresh_answer_of_its_url_once(monkeypatch):
+    asked = []
+
+    async def ask(self, timeout=10, http=False, ssl_context=None, extra_path=""):
+        asked.append((self.url, extra_path))
+        return "asked"
+
+    monkeypatch.setattr(Server, "wait_up", ask)
+    jupyterhub_patches.install_answered_wait()
+    jupyterhub_patches.install_answered_wait()  # idempotent
+    server = Server(ip="n1", port=4242, base_url="/user/a/")
+    url = "http://n1:4242/user/a/api"
+    jupyterhub_patches.note_answer(server, url, "answered")
+    assert await server.wait_up(http=True, extra_path="api") == "answered"
+    assert asked == []
+    assert await server.wait_up(http=True, extra_path="api") == "asked"  # once only
+    # another URL's answer, or a stale one, is not taken
+    jupyterhub_patches.note_answer(server, "http://n2:4242/user/a/api", "answered")
+    assert await server.wait_up(http=True, extra_path="api") == "asked"
+    jupyterhub_patches.note_answer(server, url, "answered")
+    url, response, when = server.portal_answer
+    server.portal_answer = (url, response, when - jupyterhub_patches.ANSWER_FRESH_SECONDS - 1)
+    assert await server.wait_up(http=True, extra_path="api") == "asked"
+    assert len(asked) == 3
