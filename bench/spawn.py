@@ -32,6 +32,7 @@ from tests.support.hubsettings import CA_CERT
 from tests.support.jobs import partition_nodes
 
 FLOOR_JOB = "portal-bench-floor"
+IMAGE_PROFILES = ("pytorch-image", "tensorflow-image")  # bench/hubs.py's, checked at its start
 POLL = 0.05  # seconds between the client's checks
 
 
