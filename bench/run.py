@@ -521,6 +521,13 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", choices=PARTS, default=PARTS, help="parts to run")
     parser.add_argument("--reps", type=int, default=7, help="spawns of each kind (7)")
+    parser.add_argument(
+        "--spawn-reps",
+        type=int,
+        default=11,
+        help="spawns of the portal, the floor and stock batchspawner each (11): "
+        "each waits up to a second for one of Slurm's scheduler passes",
+    )
     parser.add_argument("--sessions", type=int, default=100, help="sessions of the load (100)")
     parser.add_argument("--window", type=float, default=60, help="seconds per RPC count (60)")
     parser.add_argument("--users", type=int, default=200, help="simulated users (200)")
@@ -586,7 +593,7 @@ def main(argv=None):
     def spawn_part():
         try:
             stock.start()
-            spawn_figures(figures, portal, stock, accounts, args.reps)
+            spawn_figures(figures, portal, stock, accounts, args.spawn_reps)
         finally:
             stock.stop()
             stock.cancel_jobs()
