@@ -9,7 +9,10 @@ Figures (medians over repeated runs):
 - ``spawn_slurm_start_s`` / ``floor_slurm_start_s``: sbatch to the job's
   script, Slurm's part (its scheduler passes about once a second);
   ``spawn_after_job_start_s`` / ``floor_server_start_s``: the rest of each;
-  ``spawn_portal_overhead_s``: their difference, the portal's own cost;
+  ``spawn_portal_overhead_s``: their difference, the portal's own cost once
+  the job runs; ``spawn_hub_before_start_s``: the spawn request's arrival at
+  the hub to the spawner's start (the refresh of the user's groups, JupyterHub's
+  token, OAuth client and certificate), its cost before sbatch;
   ``spawn_timeline_s``: the spawn's events, medians (``bench/timeline.py``);
 - ``stock_batchspawner_s``: the same spawn with stock ``batchspawner.SlurmSpawner``
   (``bench/stock_config.py``); ``spawn_vs_floor`` and ``spawn_vs_stock``: ratios;
@@ -226,7 +229,9 @@ def spawn_figures(figures, portal, stock, accounts, reps):
             spawn.spawn_ready(portal, portal_client, name, {"profile": "pytorch", "gpus": 1})
         )
         marks = timeline.spawn_timeline(portal.state / "jupyterhub.log", home, name=name)
-        marks["ready through the proxy"] = spawns[-1]
+        # the client's figure is from its request; the marks, from the
+        # spawner's start, which the request's arrival precedes
+        marks["ready through the proxy"] = spawns[-1] + marks.get("request", 0.0)
         timelines.append(marks)
         say(f"spawn {i + 1}/{reps} timeline (s): {timeline.describe(marks)}")
         spawn.stop_server(portal, portal_client, name)
@@ -261,6 +266,9 @@ def spawn_figures(figures, portal, stock, accounts, reps):
         figures.add("spawn_after_job_start_s", after)
         figures.add("floor_server_start_s", server)
         figures.add("spawn_portal_overhead_s", after - server)
+    arrived = [m["request"] for m in timelines if "request" in m]
+    if arrived:  # the hub's own part before the spawner's start
+        figures.add("spawn_hub_before_start_s", -statistics.median(arrived))
     events = {event for marks in timelines for event in marks}
     medians = {e: statistics.median(m[e] for m in timelines if e in m) for e in events}
     figures["spawn_timeline_s"] = timeline.describe(medians)

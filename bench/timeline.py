@@ -5,7 +5,9 @@ once the server answers (``spawners.spawner.PortalSpawner.start``), and the batc
 script writes ``portal: timeline EVENT EPOCH`` marks into the job's log, where
 Jupyter Server's own lines follow (``... is running at:``). Every mark becomes
 seconds since the spawner's ``start`` began, on one clock (the login node and the
-compute nodes share this host's).
+compute nodes share this host's); ``request``, the spawn request's arrival at
+the hub (its answer's time in the hub's log, less tornado's request time), is
+the one before it.
 """
 
 import re
@@ -21,6 +23,9 @@ JUPYTER_UP = re.compile(
 )
 
 HUB_STAMP = r"^\[I (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) JupyterHub \S+\] "
+# the spawn request's own answer (tornado's request time): when it arrived,
+# before the spawner's start (negative)
+REQUEST = r"20[12] POST /hub/api/users/{name}/server\S* \(.*\) ([0-9.]+)ms$"
 # JupyterHub's own lines after the spawner's start returned: its check that
 # the server is up (``Server.wait_up``), then the proxy's route asked for
 HUB_AFTER = {
@@ -30,7 +35,7 @@ HUB_AFTER = {
 
 # the order a spawn goes through, for printing
 ORDER = (
-    "submitted", "script", "activate", "exec", "port reported", "running seen",
+    "request", "submitted", "script", "activate", "exec", "port reported", "running seen",
     "GPU indices", "jupyter listening", "answered", "hub saw it up", "route asked",
     "ready through the proxy",
 )  # fmt: skip
@@ -56,9 +61,14 @@ def spawn_timeline(hub_log, home, log_dir=".portal/logs", name=None):
         for line in lines[at + 1 : at + 200]:
             found = wanted.search(line)
             if found:
-                when = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
-                timeline[event] = when - began
+                timeline[event] = _stamp(found.group(1)) - began
                 break
+    request = re.compile(HUB_STAMP + REQUEST.format(name=re.escape(user)))
+    for line in lines[at + 1 : at + 200]:
+        found = request.search(line)
+        if found:
+            timeline["request"] = _stamp(found.group(1)) - float(found.group(2)) / 1000 - began
+            break
     job_log = Path(home) / log_dir / f"jupyter-{job_id}.log"
     try:
         text = job_log.read_text(errors="replace")
@@ -68,9 +78,12 @@ def spawn_timeline(hub_log, home, log_dir=".portal/logs", name=None):
         timeline[event] = float(epoch) - began
     up = JUPYTER_UP.search(text)
     if up:
-        when = datetime.strptime(up.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
-        timeline["jupyter listening"] = when - began
+        timeline["jupyter listening"] = _stamp(up.group(1)) - began
     return timeline
+
+
+def _stamp(text):
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
 def describe(timeline):

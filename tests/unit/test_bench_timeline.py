@@ -21,6 +21,10 @@ def test_the_hub_s_and_the_job_s_marks_on_one_clock(tmp_path):
         f"[I {stamp(2.2)} JupyterHub base:1192] User bob took 1.000 seconds to start\n"
         f"[I {stamp(2.3)} JupyterHub base:1192] User alice took 2.164 seconds to start\n"
         f"[I {stamp(2.4)} JupyterHub proxy:335] Adding user alice to proxy /user/alice/ => x\n"
+        f"[I {stamp(2.5)} JupyterHub log:192] 201 POST /hub/api/users/bob/server "
+        f"(bob@127.0.0.1) 900.00ms\n"
+        f"[I {stamp(2.5)} JupyterHub log:192] 201 POST /hub/api/users/alice/server "
+        f"(alice@127.0.0.1) 2580.00ms\n"
     )
     logs = tmp_path / "home" / ".portal" / "logs"
     logs.mkdir(parents=True)
@@ -31,7 +35,9 @@ def test_the_hub_s_and_the_job_s_marks_on_one_clock(tmp_path):
     marks = timeline.spawn_timeline(hub_log, tmp_path / "home", name="alice")
     assert {k: round(v, 2) for k, v in marks.items()} == {
         "submitted": 0.04, "port reported": 1.97, "answered": 2.03, "exec": 0.5,
-        "jupyter listening": 1.9, "hub saw it up": 2.3, "route asked": 2.4,
+        "jupyter listening": 1.9, "hub saw it up": 2.3, "route asked": 2.4, "request": -0.08,
     }  # fmt: skip
-    assert timeline.describe(marks).startswith("submitted 0.04, exec 0.50, port reported 1.97")
+    assert timeline.describe(marks).startswith(
+        "request -0.08, submitted 0.04, exec 0.50, port reported 1.97"
+    )
     assert timeline.spawn_timeline(hub_log, tmp_path / "home", name="carol") == {}
