@@ -23,10 +23,11 @@ the memory of another import for the whole session, and compete for the
 cores with the user's first cells). One never asked for stays out of the
 session's list of kernels and ends with the server.
 
-Standard library only at import; ``jupyter_client`` (the server's) when a
-kernel is started.
+Standard library only at import; ``jupyter_core.paths`` (the server's)
+when a kernel is started.
 """
 
+import json
 import os
 import re
 import signal
@@ -247,38 +248,99 @@ POOL = Pool()
 """The process's pool: filled by the launcher, emptied by the kernel manager."""
 
 
-def start(kernel_name, modules, runtime_dir, environ=os.environ, cwd=None):
+def find_kernelspec(kernel_name, dirs):
+    """``(resource_dir, spec)`` of the kernelspec ``kernel_name``: the first
+    of ``dirs`` holding a folder of that name (case aside, as jupyter_client
+    lists them) with a ``kernel.json``, and that file read; None when none
+    does. ``dirs``: Jupyter's kernel folders in jupyter_client's order of
+    search (``jupyter_core.paths.jupyter_path("kernels")``), the user's own
+    first."""
+    for folder in dirs:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name, "kernel.json")
+            if name.lower() == kernel_name.lower() and os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    return os.path.join(folder, name), json.load(f)
+    return None
+
+
+def ipc_connection(ip, kernel_name, key):
+    """The connection of a kernel over ipc at ``ip`` (a path prefix), as
+    ``jupyter_client.connect.write_connection_file`` makes it: its five
+    "ports" the first numbers N with no file ``ip-N`` yet, in its order.
+
+    >>> ipc_connection("/nowhere/k-ipc", "pytorch", "s3cret")["control_port"]
+    4
+    """
+    ports, number = [], 1
+    for _ in range(5):
+        while os.path.exists(f"{ip}-{number}"):
+            number += 1
+        ports.append(number)
+        number += 1
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    return {
+        **dict(zip(names, ports, strict=True)),
+        "ip": ip,
+        "key": key,
+        "transport": "ipc",
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": kernel_name,
+    }
+
+
+def start(kernel_name, modules, runtime_dir, environ=os.environ, cwd=None, dirs=None):
     """Start a kernel of ``kernel_name`` importing ``modules``, over ipc in
-    ``runtime_dir``; None when the kernelspec is not a Python one."""
+    ``runtime_dir``; None when the kernelspec is not a Python one.
+
+    The standard library and ``jupyter_core.paths`` only (``dirs`` where the
+    kernelspecs are, Jupyter's kernel folders unless given): the launcher
+    runs this before the server, and importing jupyter_client (its package
+    imports the whole client) took 0.12-0.27 s, which the kernel's own
+    imports waited for. It does what jupyter_client does for the server's
+    kernels: the kernelspec as ``KernelSpecManager`` finds it (not
+    ``get_kernel_spec``, which makes its provisioner factory, a singleton,
+    before the server's configuration is there), the connection file as
+    ``write_connection_file`` writes it (mode 0600, never another's), the
+    process as ``launch_kernel`` starts it (a session of its own, stdin
+    closed, ``JPY_PARENT_PID``)."""
     import uuid
 
-    from jupyter_client.connect import write_connection_file
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
-    from jupyter_client.launcher import launch_kernel
+    if dirs is None:
+        from jupyter_core.paths import jupyter_path
 
-    # Not get_kernel_spec: it would make jupyter_client's provisioner factory,
-    # a singleton, before the server's configuration is there.
-    resource_dir = KernelSpecManager().find_kernel_specs().get(kernel_name)
-    if resource_dir is None:
-        raise NoSuchKernel(kernel_name)
-    spec = KernelSpec.from_resource_dir(resource_dir)
-    if not (spec.language or "").lower().startswith("python"):
+        dirs = jupyter_path("kernels")
+    found = find_kernelspec(kernel_name, dirs)
+    if found is None:
+        raise LookupError(f"no kernelspec {kernel_name!r} in {', '.join(dirs)}")
+    resource_dir, spec = found
+    language = str(spec.get("language") or "")
+    if not language.lower().startswith("python"):
         return None
     kernel_id = str(uuid.uuid4())
     connection_file = os.path.join(runtime_dir, f"kernel-{kernel_id}.json")
-    connection_file, info = write_connection_file(
-        connection_file,
-        ip=os.path.join(runtime_dir, f"kernel-{kernel_id}-ipc"),
-        transport="ipc",
-        key=str(uuid.uuid4()).encode(),
-        signature_scheme="hmac-sha256",
-        kernel_name=kernel_name,
-    )
-    argv = prewarm_argv(spec.argv, connection_file, modules, spec.resource_dir)
-    env = kernel_env(environ, spec.env, spec.language)
+    ip = os.path.join(runtime_dir, f"kernel-{kernel_id}-ipc")
+    info = ipc_connection(ip, kernel_name, str(uuid.uuid4()))
+    descriptor = os.open(connection_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(descriptor, "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+    argv = prewarm_argv(spec["argv"], connection_file, modules, resource_dir)
+    env = kernel_env(environ, spec.get("env") or {}, language)
+    env["JPY_PARENT_PID"] = str(os.getpid())
     cwd = cwd or os.getcwd()
-    process = launch_kernel(argv, env=env, cwd=cwd)
-    info = dict(info, key=info["key"].encode() if isinstance(info["key"], str) else info["key"])
+    process = subprocess.Popen(
+        [os.path.expanduser(arg) for arg in argv],
+        stdin=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+    process.stdin.close()
+    info = dict(info, key=info["key"].encode())
     return WarmKernel(kernel_name, process, connection_file, info, env, cwd, list(modules))
 
 

@@ -139,3 +139,59 @@ def test_the_hub_tells_the_session_its_environments_imports(monkeypatch):
     assert env["PORTAL_PREWARM"].split(",")[0] == "torch"
     s.prewarm_imports = {}
     assert "PORTAL_PREWARM" not in PortalSpawner.get_env(s)
+
+
+def kernelspec(folder, name, argv, language="python", env=None):
+    spec = folder / name
+    spec.mkdir(parents=True)
+    spec.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": name, "language": language, "env": env or {}})
+    )
+    return spec
+
+
+def test_a_kernel_starts_as_jupyter_client_would_start_it_without_importing_it(tmp_path):
+    """The kernelspec of the first folder that has it (the user's before the
+    environment's), the connection file jupyter_client's reader takes (mode
+    0600), the process in a session of its own with the spec's environment."""
+    out = tmp_path / "seen.json"
+    record = (
+        "import json, os, sys; "
+        f"json.dump({{'argv': sys.argv, 'sid': os.getsid(0), 'pid': os.getpid(), "
+        f"'env': dict(os.environ)}}, open({str(out)!r}, 'w'))"
+    )
+    mine, envs = tmp_path / "home-kernels", tmp_path / "env-kernels"
+    kernelspec(mine, "PyTorch", [sys.executable, "-c", record, "{connection_file}"],
+               env={"TAG": "mine:${HOME}"})  # fmt: skip
+    kernelspec(envs, "pytorch", ["false"])
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    environ = {"HOME": "/home/a", "PATH": os.environ["PATH"], "PYTHONEXECUTABLE": "x"}
+    kernel = prewarm.start("pytorch", ["json"], str(runtime), environ, str(tmp_path),
+                           dirs=[str(tmp_path / "none"), str(mine), str(envs)])  # fmt: skip
+    assert kernel.process.wait(10) == 0
+    seen = json.loads(out.read_text())
+    assert seen["argv"][1] == kernel.connection_file
+    assert seen["argv"][2].startswith("--IPKernelApp.exec_lines=exec(")
+    assert seen["sid"] == seen["pid"]  # its own session, as jupyter_client's launch_kernel
+    assert seen["env"]["TAG"] == "mine:/home/a" and "PYTHONEXECUTABLE" not in seen["env"]
+    assert seen["env"]["JPY_PARENT_PID"] == str(os.getpid())
+    assert os.stat(kernel.connection_file).st_mode & 0o777 == 0o600
+    from jupyter_client.connect import ConnectionFileMixin
+
+    reader = ConnectionFileMixin(connection_file=kernel.connection_file)
+    reader.load_connection_file()  # jupyter_client's own reader takes it
+    assert (reader.transport, reader.ip, reader.shell_port) == (
+        "ipc",
+        kernel.connection_info["ip"],
+        1,
+    )
+    assert reader.session.key == kernel.connection_info["key"]
+    assert kernel.kernel_id in kernel.connection_file
+
+
+def test_no_kernel_for_a_missing_or_non_python_kernelspec(tmp_path):
+    kernelspec(tmp_path, "ir", ["R"], language="R")
+    assert prewarm.start("ir", ["x"], str(tmp_path), {}, dirs=[str(tmp_path)]) is None
+    with pytest.raises(LookupError, match="no kernelspec 'gone'"):
+        prewarm.start("gone", ["x"], str(tmp_path), {}, dirs=[str(tmp_path)])
