@@ -48,6 +48,10 @@ def progress_message(job_id, job_slice, job, port_reported):
 
 # seconds between sacct's askings while slurmdbd has not recorded a job's end
 SETTLE_WAITS = (0.5, 1, 1, 2, 2, 4, 4, 6)
+# seconds settle_end may take in all, sacct's own answers included: on a busy
+# slurmdbd each sacct may take its whole timeout, and the home page should not
+# say "not recorded yet" for minutes
+SETTLE_DEADLINE_S = 30.0
 # sacct states of a job that has not ended yet (slurmdbd not told yet)
 NOT_ENDED = {"", "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING"}
 
@@ -188,20 +192,29 @@ class SessionCard:
         self._log_end(job_id, nodes, reason)
 
     async def settle_end(self, job_id, nodes, memory):
-        """Ask sacct again, after each of ``SETTLE_WAITS`` seconds, until it has the
-        job's final state (or the waits are over: "no record"); then the home
-        page's record (kept in the hub's database) and the notice say it,
-        unless a new session started meanwhile."""
+        """Ask sacct again, after each of ``SETTLE_WAITS`` seconds, until it has
+        the job's final state (or the waits, or ``SETTLE_DEADLINE_S``, are
+        over: "no record"); then the home page's record (kept in the hub's
+        database) and the notice say it, unless a new session started
+        meanwhile."""
         reason = ""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_DEADLINE_S
         for wait in SETTLE_WAITS:
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
+            left = deadline - loop.time()
+            if left <= 0:
+                break
             try:
-                reason = await slurm.end_reason(job_id, self.job_name, timeout=self.slurm_timeout)
+                reason = await slurm.end_reason(
+                    job_id, self.job_name, timeout=min(self.slurm_timeout, left)
+                )
             except slurm.SlurmError:
                 reason = ""
             if is_final(reason):
                 break
-        reason = reason if is_final(reason) else ""
+        if not is_final(reason):
+            reason = await self._ctld_end_reason(job_id)
         if (self.last_end or {}).get("job_id") != job_id or self.job_id:
             return  # a new start replaced the record
         self.last_end = end_record(job_id, nodes, reason=reason, memory=memory)
@@ -211,6 +224,16 @@ class SessionCard:
         if orm is not None:
             orm.state = self.get_state()
             self.user.db.commit()
+
+    async def _ctld_end_reason(self, job_id):
+        """How slurmctld says ``job_id`` ended, when slurmdbd never recorded
+        it in ``settle_end``'s time (a busy or unreachable slurmdbd), or ""."""
+        try:
+            reason = await slurm.end_reason_ctld(job_id, self.job_name, self.slurm_timeout)
+        except slurm.SlurmError as e:
+            self.log.warning("Job %s: neither sacct nor slurmctld says how it ended: %s", job_id, e)
+            return ""
+        return reason if is_final(reason) else ""
 
     def _log_end(self, job_id, nodes, reason):
         self.log.info(

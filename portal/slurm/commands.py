@@ -585,6 +585,22 @@ async def end_reason(job_id, job_name, timeout):
     return parse_end_reason(await read(argv, timeout=timeout))
 
 
+async def end_reason_ctld(job_id, job_name, timeout):
+    """How the job ``job_id`` named ``job_name`` ended, as slurmctld still
+    holds it (``MinJobAge`` seconds after its end) when slurmdbd has not
+    recorded it: ``"CANCELLED, exit code 0:15"``, or "" (not a job of that
+    name, not ended, or forgotten)."""
+    try:
+        fields = await job_fields(job_id, timeout)
+    except SlurmError as e:
+        if "Invalid job id" in str(e):
+            return ""
+        raise
+    if fields.get("JobName") != job_name or fields.get("JobId") != job_id:
+        return ""
+    return parse_end_reason(f"{fields.get('JobState', '')}|{fields.get('ExitCode', '')}")
+
+
 async def gpu_indices(job_id, nodes, timeout):
     """The GPU indices of a running job on each of its ``nodes`` (squeue's):
     ``{"n1": "0-1"}``."""

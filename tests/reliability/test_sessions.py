@@ -10,6 +10,7 @@ import time
 
 import requests
 
+from spawners.card import SETTLE_DEADLINE_S
 from tests.support.hubclient import HubClient
 from tests.support.jobs import user_jobs
 from tests.support.measure import figure
@@ -60,8 +61,9 @@ def test_a_cancelled_job_is_noticed_within_a_poll_and_the_user_can_start_again(s
     # the shared squeue notifies the spawner: one interval, plus slack for a busy machine
     assert noticed_s <= POLL_INTERVAL + 1
     # no session card any more; how the job ended, from sacct (slurmdbd may
-    # record it a moment after squeue dropped the job: the page says so)
-    deadline = time.monotonic() + 30
+    # record it a moment after squeue dropped the job: the page says so, for
+    # at most SETTLE_DEADLINE_S)
+    deadline = time.monotonic() + SETTLE_DEADLINE_S + 10
     while True:
         home = bob.session.get(bob.url("/hub/home"), timeout=10)
         assert home.status_code == 200 and 'id="session-job"' not in home.text

@@ -33,6 +33,7 @@ class Runner:
         self.nodes = "n1"  # squeue's %N once it runs
         self.gpus_held = 0  # this user's GPUs in QOS portal (scontrol show assoc_mgr)
         self.sacct = []  # sacct's answers before its last one (slurmdbd not told yet)
+        self.ctld = ""  # scontrol show job -o's answer, when set
 
     async def __call__(self, argv, *, input=None, env=None, timeout=20, with_stderr=False):
         self.calls.append(argv)
@@ -57,6 +58,8 @@ class Runner:
             return "normal|\nportal|gres/gpu=4"
         if command == "sacctmgr":
             return "portal|portal||portal|portal"
+        if command == "scontrol" and "-o" in argv and self.ctld:
+            return self.ctld
         if command == "scontrol":
             detail = f"Nodes={self.nodes} CPU_IDs=0-7 Mem=49152 GRES=gpu:1(IDX:2)"
             return f"JobId=4242 NodeList={self.nodes}\n     {detail}"
@@ -183,6 +186,46 @@ async def test_an_end_slurmdbd_has_not_recorded_yet_is_settled_in_the_background
     [event] = ended()
     assert event["job_id"] == "4242" and "cancelled" in event["body"]
     assert sum(commands.command("sacct") in argv for argv in runner.calls) == 3
+
+
+@pytest.mark.parametrize(
+    "ctld, why",
+    [
+        ("", "Slurm has no record of how it ended"),
+        ("JobId=4242 JobName=unit-settle-deadline JobState=CANCELLED ExitCode=0:15",
+         "it was cancelled"),
+        ("JobId=4242 JobName=someone-else JobState=CANCELLED ExitCode=0:15",
+         "Slurm has no record of how it ended"),
+    ],
+)  # fmt: skip
+async def test_settling_an_end_stops_at_its_deadline_then_asks_slurmctld(
+    runner, monkeypatch, ctld, why
+):
+    """slurmdbd never records the end: the home page stops saying "not
+    recorded yet" once ``SETTLE_DEADLINE_S`` is over, whatever the waits, and
+    says what slurmctld still holds of the job, if it is this session's."""
+    runner.ctld = ctld
+    monkeypatch.setattr(card, "SETTLE_WAITS", (0.2,) * 50)
+    monkeypatch.setattr(card, "SETTLE_DEADLINE_S", 0.5)
+    s = spawner("unit-settle-deadline")
+    s.user_options = {"gpus": 1}
+    s._wait_answering = no_answer_wait
+    start = asyncio.ensure_future(s.start())
+    while runner.state is None:
+        await asyncio.sleep(0.01)
+    runner.state = "RUNNING"
+    s.report_port(54321)
+    await asyncio.wait_for(start, 5)
+    runner.sacct = ["RUNNING|0:0|None"] * 100
+    runner.state = "gone"
+    for _ in range(100):
+        if await s.poll() == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert "not recorded yet" in s.ended_info()["why"]
+    await asyncio.wait_for(s._settling, 2)
+    assert s.ended_info()["why"] == why
+    assert sum(commands.command("sacct") in argv for argv in runner.calls) <= 4
 
 
 @pytest.mark.parametrize(
