@@ -55,6 +55,7 @@ from ldap3.core.exceptions import (
 )
 from ldap3.core.results import RESULT_NO_SUCH_OBJECT, RESULT_SUCCESS
 from ldap3.core.tls import Tls
+from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
@@ -135,6 +136,15 @@ class KeptConnection:
                 conn.unbind()
             except Exception:
                 pass  # already gone
+
+
+def checked(conn):
+    """Raise LDAPOperationResult when ``conn``'s last operation failed other
+    than by finding nothing ("no such object" is an answer)."""
+    if conn.result["result"] not in (RESULT_SUCCESS, RESULT_NO_SUCH_OBJECT):
+        raise LDAPOperationResult(
+            result=conn.result["result"], description=conn.result["description"]
+        )
 
 
 def login_required(handler):
@@ -472,20 +482,22 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         account is gone or in none of the ``allowed_groups`` (the hub then asks
         for a new login, which refuses them), True when the groups are the
         ones the hub has (its groups, and the auth state's where it keeps
-        one), else the model
-        with the ``groups`` LDAP has now. When the directory does not
-        answer, the user is kept as they are (True) and it is logged.
+        one), else the model with the ``groups`` LDAP has now. When the
+        directory does not answer, or refuses the look-up bind, the user is
+        kept as they are (True) and it is logged.
         """
         try:
             ldap_groups = await asyncio.to_thread(self.lookup_groups, user.name)
-        except LDAPException:
+        except LDAPException as e:
             self.log.exception(
-                "LDAP server %s:%s failed while refreshing the groups of %s; kept as they "
-                "were. Check that it runs and LDAPAuthenticator.server_address/server_port/"
-                "tls_strategy/tls_kwargs",
+                "LDAP server %s:%s failed or refused a look-up while refreshing the groups "
+                "of %s (%s); kept as they were. Check that it runs, "
+                "LDAPAuthenticator.server_address/server_port/tls_strategy/tls_kwargs, and "
+                "that lookup_dn_search_user may bind and search user_search_base",
                 self.server_address,
                 self.server_port,
                 user.name,
+                e,
             )
             return True
         if ldap_groups is None:
@@ -561,25 +573,21 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         lookups, where ``userdn`` is ``username``'s entry; None when there is
         none. ``found(base, filter, attributes)``: whether a base search
         matched (its entries in ``conn.entries``)."""
-        if self.lookup_dn:
-            username, userdn = self.resolve_username(username)
-            if userdn is None:
-                return None
-            candidates = [userdn]
-        else:
-            candidates = [t.format(username=escape_rdn(username)) for t in self.bind_dn_template]
 
         def on(conn):
             def found(base, search_filter, attributes=None):
                 # False for "no match" and "no such entry"; any other error raises
                 if conn.search(base, search_filter, ldap3.BASE, attributes=attributes):
                     return True
-                if conn.result["result"] not in (RESULT_SUCCESS, RESULT_NO_SUCH_OBJECT):
-                    raise LDAPOperationResult(
-                        result=conn.result["result"], description=conn.result["description"]
-                    )
+                checked(conn)
                 return False
 
+            if self.lookup_dn:
+                name, userdn = self._resolve_on(conn, username)
+                if userdn is None:
+                    return None
+                return then(conn, found, name, userdn)
+            candidates = [t.format(username=escape_rdn(username)) for t in self.bind_dn_template]
             userdn = next((dn for dn in candidates if found(dn, "(objectClass=*)")), None)
             if userdn is None:
                 return None
@@ -592,6 +600,37 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
                 f"cannot bind as {self.lookup_dn_search_user or 'anonymous'} "
                 "(LDAPAuthenticator.lookup_dn_search_user/lookup_dn_search_password)"
             ) from None
+
+    def _resolve_on(self, conn, username):
+        """ldapauthenticator's ``resolve_username`` (``lookup_dn``) on the
+        kept look-up connection ``conn``: ``(name, dn)`` of the one entry
+        under ``user_search_base`` that ``lookup_dn_search_filter`` finds,
+        its name from ``lookup_dn_user_dn_attribute``; ``(None, None)`` when
+        there is none, or no single one. It makes no bind of its own, so a
+        refused look-up bind raises (the directory's fault, not the
+        account's) where ``resolve_username`` would say "no such user"."""
+        search_filter = self.lookup_dn_search_filter.format(
+            login_attr=self.user_attribute, login=escape_filter_chars(username)
+        )
+        attribute = self.lookup_dn_user_dn_attribute
+        conn.search(self.user_search_base, search_filter, ldap3.SUBTREE, attributes=[attribute])
+        checked(conn)
+        if len(conn.entries) != 1:
+            if conn.entries:
+                self.log.error(
+                    "Looking up %s gave %d entries: check lookup_dn_search_filter and "
+                    "user_attribute", shown(username), len(conn.entries),
+                )  # fmt: skip
+            return None, None
+        entry = conn.entries[0]
+        values = entry.entry_attributes_as_dict.get(attribute) or []
+        if len(values) != 1:
+            self.log.error(
+                "The entry of %s has %d values of %s: check lookup_dn_user_dn_attribute",
+                shown(username), len(values), attribute,
+            )  # fmt: skip
+            return None, None
+        return str(values[0]), entry.entry_dn
 
     @property
     def lookups(self):

@@ -24,6 +24,7 @@ import tomllib
 
 import ldap3
 import pytest
+from ldap3.core.exceptions import LDAPBindError
 from ldap3.utils.hashed import hashed
 from tornado import web
 from traitlets.config import Config
@@ -189,10 +190,12 @@ def test_the_service_account_finds_the_user_and_the_groups(site_directory):
     model = login(site_settings(), site_directory["password"])
     assert model["name"] == NAME and model["groups"] == ["portal-users"]
     assert refresh(site_settings())["groups"] == ["portal-users"]
-    # anonymous look-ups find nobody there: no login, and the refresh finds no account
+    # anonymous look-ups find nobody there: no login; the refresh is refused
+    # the search (insufficientAccessRights), which says nothing of the
+    # account: the user is kept as they were, and the error logged
     anonymous = site_settings(lookup_bind_dn="", lookup_password_file="")
     assert login(anonymous, site_directory["password"]) is None
-    assert refresh(anonymous) is False
+    assert refresh(anonymous) is True
 
 
 def test_member_of_follows_the_groups_of_names(site_directory):
@@ -208,6 +211,28 @@ def test_member_of_follows_the_groups_of_names(site_directory):
     finally:
         change_member(ADMINS, ldap3.MODIFY_DELETE)
     assert refresh(site)["groups"] == ["portal-users"]
+
+
+def test_a_refused_lookup_bind_keeps_the_user_and_binds_again_once_fixed(site_directory):
+    """slapd refuses the service account's bind (a wrong lookup password):
+    the look-up names the settings to check, nothing stays kept, a refresh
+    keeps the user as they were (not "the account is gone", which would log
+    them out), and the right password binds again, with no restart. The DN
+    look-up (lookup_dn) and the groups' search share the one kept bind."""
+    auth = authenticator(site_settings())
+    right = auth.lookup_dn_search_password
+    auth.lookup_dn_search_password = "not-the-lookup-password"
+    with pytest.raises(LDAPBindError, match="lookup_dn_search_password"):
+        auth.lookup_groups(NAME)
+    assert auth.lookups._conn is None
+    assert asyncio.run(auth.refresh_user(HubUser(NAME))) is True
+    auth.lookup_dn_search_password = right
+    assert asyncio.run(auth.refresh_user(HubUser(NAME)))["groups"] == ["portal-users"]
+    kept = auth.lookups._conn
+    assert kept is not None and kept.bound
+    assert auth.lookup_groups(NAME) == [USERS] and auth.lookups._conn is kept
+    assert auth.lookup_groups("nobody-here") is None  # no entry: no account
+    auth.lookups.close()
 
 
 @pytest.fixture(scope="module")
