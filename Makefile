@@ -6,7 +6,7 @@ PYTHON := $(ENVS_PREFIX)/envs/hub/bin/python
 RUFF := $(ENVS_PREFIX)/envs/hub/bin/ruff
 JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 
-.PHONY: up down purge status accounts restart-hub health load test lint unit bench smoke labextension
+.PHONY: up down purge status accounts restart-hub health load test lint unit bench smoke labextension docs docs-build
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -36,12 +36,21 @@ test:          ## install what the tests need, lint, start the cluster, run ever
 	@bash $(DEPLOY)/packages.sh
 	@bash $(DEPLOY)/envs.sh
 	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory docs-build
 	@bash $(DEPLOY)/data.sh
 	@bash $(DEPLOY)/tls.sh ensure
 	@bash $(DEPLOY)/ldap.sh start
 	@bash $(DEPLOY)/slurm.sh start
 	@bash $(DEPLOY)/mail.sh start
 	@$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+docs:          ## the docs site, built strictly into build/docs/ (mkdocs.yml; reference pages made from the code)
+	@bash $(DEPLOY)/envs.sh
+	@$(MAKE) --no-print-directory docs-build
+
+docs-build:
+	@$(PYTHON) -m mkdocs build --strict --config-file mkdocs.yml
+	@echo "docs: built into build/docs/ (open build/docs/index.html)"
 
 lint:          ## ruff: lint and format check of the Python code; shellcheck of the shell
 	@$(RUFF) check . && $(RUFF) format --check . && shellcheck -x $(DEPLOY)/*.sh .ci/run

@@ -117,8 +117,9 @@ def env_port(env):
 
 
 def run_readme_snippet(pid, env, then):
-    """The README's TensorBoard snippet, as alice, with a kernel's variables."""
-    readme = (REPO / "README.md").read_text().split("## TensorBoard", 1)[1]
+    """The docs' TensorBoard snippet (docs/users/tensorboard.md), as alice,
+    with a kernel's variables."""
+    readme = (REPO / "docs" / "users" / "tensorboard.md").read_text().split("## TensorBoard", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     return as_alice_in_the_job(pid, env, PYTORCH, "-c", snippet + then)
 
@@ -253,7 +254,7 @@ def test_tensorboard_per_user(session, login, alice_logs, capsys):
     r = requests.get(url, allow_redirects=False, timeout=30)
     assert r.status_code in (302, 403) and run not in r.text
 
-    # -- from a notebook: the README's snippet, with a kernel's environment --
+    # -- from a notebook: the docs' snippet, with a kernel's environment --
     kernel = alice.session.post(
         alice.url(base + "api/kernels"), json={"name": "pytorch"}, headers=headers, timeout=60
     ).json()

@@ -1,6 +1,6 @@
 """``make bench``'s verdict (bench/run.py) from made figures: the targets,
 a failed part, the exit status and the JSON; the real run is ``make bench``
-(README: "Benchmarks")."""
+(docs/operators/benchmarks.md)."""
 
 import json
 from datetime import UTC, datetime

@@ -1,5 +1,5 @@
 """``make load``'s report (bench/loadtest.py) from made results; the real run
-against the portal is ``make load USERS=12`` (README: "Load test")."""
+against the portal is ``make load USERS=12`` (docs/operators/metrics.md: "Load test")."""
 
 import time
 

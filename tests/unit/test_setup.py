@@ -241,7 +241,7 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path):
     problems = [line for line in done.stderr.splitlines() if "portal-" in line]
     assert not problems, done.stderr
     # systemd's own exposure score (0 safest, 10 most exposed): the proxy
-    # well sandboxed; the hub less, for its sudo (README: "Service units")
+    # well sandboxed; the hub less, for its sudo (docs/admins/site.md: "Service units")
     for name, most in ((units.PROXY_UNIT, 3.5), (units.HUB_UNIT, 6.5)):
         score = subprocess.run(
             ["systemd-analyze", "security", "--offline=yes", f"--threshold={most * 10:.0f}",

@@ -13,5 +13,5 @@ Settings: ``c.TensorBoardManager.*`` (see ``manager.py``), e.g.
 ``c.TensorBoardManager.idle_timeout = 600``.
 
 Kernels find the API in ``$PORTAL_TENSORBOARD_API`` and authenticate with the
-server's ``$JUPYTERHUB_API_TOKEN`` (see the README's TensorBoard section).
+server's ``$JUPYTERHUB_API_TOKEN`` (see docs/users/tensorboard.md).
 """
