@@ -152,14 +152,9 @@ async def test_a_job_that_ends_before_jupyter_ends_the_start_with_sacct_reason(r
         await asyncio.wait_for(start, 5)
 
 
-async def test_an_end_slurmdbd_has_not_recorded_yet_is_settled_in_the_background(
-    runner, monkeypatch
-):
-    """squeue no longer lists the job, but sacct has no final state yet: the
-    hub shows the server stopped at once; the home page says Slurm has not
-    recorded how it ended, then how, and the notice follows, once."""
-    monkeypatch.setattr(card, "SETTLE_WAITS", (0.05,) * 4)
-    s = spawner("unit-settle")
+async def running(runner, job_name):
+    """A spawner of ``job_name`` whose 1-GPU session runs (port reported)."""
+    s = spawner(job_name)
     s.user_options = {"gpus": 1}
     s._wait_answering = no_answer_wait
     start = asyncio.ensure_future(s.start())
@@ -168,6 +163,17 @@ async def test_an_end_slurmdbd_has_not_recorded_yet_is_settled_in_the_background
     runner.state = "RUNNING"
     s.report_port(54321)
     await asyncio.wait_for(start, 5)
+    return s
+
+
+async def test_an_end_slurmdbd_has_not_recorded_yet_is_settled_in_the_background(
+    runner, monkeypatch
+):
+    """squeue no longer lists the job, but sacct has no final state yet: the
+    hub shows the server stopped at once; the home page says Slurm has not
+    recorded how it ended, then how, and the notice follows, once."""
+    monkeypatch.setattr(card, "SETTLE_WAITS", (0.05,) * 4)
+    s = await running(runner, "unit-settle")
     target = Followed(user=ME, address="", session="Jupyter", link="/user/x/", home="/hub/home",
                       slice="1 GPU", warn_minutes=0)  # fmt: skip
     s.poller.notices.follow("4242", target)
@@ -207,15 +213,7 @@ async def test_settling_an_end_stops_at_its_deadline_then_asks_slurmctld(
     runner.ctld = ctld
     monkeypatch.setattr(card, "SETTLE_WAITS", (0.2,) * 50)
     monkeypatch.setattr(card, "SETTLE_DEADLINE_S", 0.5)
-    s = spawner("unit-settle-deadline")
-    s.user_options = {"gpus": 1}
-    s._wait_answering = no_answer_wait
-    start = asyncio.ensure_future(s.start())
-    while runner.state is None:
-        await asyncio.sleep(0.01)
-    runner.state = "RUNNING"
-    s.report_port(54321)
-    await asyncio.wait_for(start, 5)
+    s = await running(runner, "unit-settle-deadline")
     runner.sacct = ["RUNNING|0:0|None"] * 100
     runner.state = "gone"
     for _ in range(100):
