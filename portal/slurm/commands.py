@@ -588,8 +588,9 @@ async def end_reason(job_id, job_name, timeout):
 async def end_reason_ctld(job_id, job_name, timeout):
     """How the job ``job_id`` named ``job_name`` ended, as slurmctld still
     holds it (``MinJobAge`` seconds after its end) when slurmdbd has not
-    recorded it: ``"CANCELLED, exit code 0:15"``, or "" (not a job of that
-    name, not ended, or forgotten)."""
+    recorded it: ``"CANCELLED, exit code 0:15"``; a job not yet ended
+    gives its state all the same (``"RUNNING, exit code 0:0"``: the caller
+    checks it is an end); "" for a job of another name, or one forgotten."""
     try:
         fields = await job_fields(job_id, timeout)
     except SlurmError as e:
