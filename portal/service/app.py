@@ -25,6 +25,7 @@ from portal.notebookjobs import NotebookJobs
 from portal.service.cluster import ClusterSource
 from portal.slurm.commands import use_bin_dir, use_private_data
 from portal.store import ProfileStore, store_url
+from portal.web import theme_css
 
 from . import api, jobs, pages, presets, usage
 from .health import HealthHandler
@@ -79,6 +80,7 @@ def create_application(settings=None, store=None, image_runner=None):
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
+    jinja.globals["portal_theme_css"] = theme_css()
 
     def route(path):
         return url_path_join(prefix, path)
@@ -110,6 +112,7 @@ def create_application(settings=None, store=None, image_runner=None):
     ]
     return web.Application(
         handlers,
+        default_handler_class=pages.NotFoundPage,
         hub_auth=hub_auth,
         operations=operations,
         images=images,

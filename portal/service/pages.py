@@ -27,6 +27,15 @@ class RootHandler(BaseHandler):
         self.redirect(url_path_join(self.settings["service_prefix"], "profiles"))
 
 
+class NotFoundPage(BaseHandler):
+    """A path the service has no route for: its own error page, in the
+    site's theme (tornado's default is a bare text page); after a login."""
+
+    @web.authenticated
+    def prepare(self):
+        raise web.HTTPError(404, "The portal has no such page.")
+
+
 class ProfilesPage(BaseHandler):
     @web.authenticated
     def get(self):

@@ -344,9 +344,23 @@ def test_cluster_page(portal, session):
 
 
 def test_the_hub_links_to_the_service(login):
-    bob = login("bob")
-    home = bob.session.get(bob.url("/hub/home"), timeout=30).text
-    assert 'id="nav-profiles"' in home and "services/portal/cluster" in home
+    """One navigation: Home, Jobs, Usage, Presets for every user; Profiles,
+    Images, Cluster and Admin for a portal admin; API tokens in the user's menu."""
+
+    def links(html):
+        return re.findall(r'id="nav-([a-z]+)" href="([^"]+)"', html)
+
+    user = ["home", "jobs", "usage", "presets"]
+    admin = user + ["profiles", "images", "cluster", "admin"]
+    for name, expected in (("bob", user), ("carol", admin)):
+        client = login(name)
+        hub_home = client.session.get(client.url("/hub/home"), timeout=30).text
+        service = client.session.get(client.url("/services/portal/jobs"), timeout=30).text
+        for page in (hub_home, service):
+            found = links(page)
+            assert [key for key, _ in found if key != "token"] == expected, (name, found)
+            assert ("token", "/hub/token") in found, found
+        assert dict(links(hub_home))["jobs"].endswith("services/portal/jobs")
 
 
 def test_store_upgrade_keeps_data(tmp_path):
