@@ -6,7 +6,7 @@ PYTHON := $(ENVS_PREFIX)/envs/hub/bin/python
 RUFF := $(ENVS_PREFIX)/envs/hub/bin/ruff
 JUPYTER_ENV := $(shell /usr/bin/python3 portal/settings.py --get envs.jupyter)
 
-.PHONY: up down purge status accounts restart-hub health load test lint unit bench smoke labextension docs docs-build
+.PHONY: up down purge status accounts restart-hub health load test lint unit bench smoke labextension docs docs-build screenshots
 
 up:            ## install what is missing, start the cluster and the portal on :8000
 	@bash $(DEPLOY)/cluster.sh up
@@ -35,6 +35,7 @@ load:          ## USERS=N (12) accounts, at once: login, a spawn (queueing), a c
 test:          ## install what the tests need, lint, start the cluster, run every test
 	@bash $(DEPLOY)/packages.sh
 	@bash $(DEPLOY)/envs.sh
+	@bash $(DEPLOY)/testtools.sh
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory docs-build
 	@bash $(DEPLOY)/data.sh
@@ -51,6 +52,11 @@ docs:          ## the docs site, built strictly into build/docs/ (mkdocs.yml; re
 docs-build:
 	@$(PYTHON) -m mkdocs build --strict --config-file mkdocs.yml
 	@echo "docs: built into build/docs/ (open build/docs/index.html)"
+
+screenshots:   ## after a browser test run: its shots (test-artifacts/) over the docs' (docs/screenshots/)
+	@for f in docs/screenshots/*.png; do n=$$(basename "$$f"); \
+	    if [ -f "test-artifacts/$$n" ]; then cp "test-artifacts/$$n" "$$f"; echo "screenshots: $$n"; \
+	    else echo "screenshots: $$n kept (no test-artifacts/$$n: run the browser tests)"; fi; done
 
 lint:          ## ruff: lint and format check of the Python code; shellcheck of the shell
 	@$(RUFF) check . && $(RUFF) format --check . && shellcheck -x $(DEPLOY)/*.sh .ci/run
