@@ -17,7 +17,7 @@ from portal import settings as site_settings
 from portal.core import usernames
 from portal.core.profiles import slice_defaults
 from portal.tlscontext import HSTS
-from portal.web import theme_css
+from portal.web import live_js, theme_css
 
 
 def configure_hub(c, settings):
@@ -557,7 +557,7 @@ def configure_spawner(c, settings):
     c.PortalSpawner.notice_from = site_settings.mail_from(settings)
     c.PortalSpawner.notice_hub_url = site_settings.public_url(settings) + "hub/"
     c.JupyterHub.template_paths = [str(Path(__file__).parent / "templates")]
-    c.JupyterHub.template_vars = {"portal_theme_css": theme_css()}
+    c.JupyterHub.template_vars = {"portal_theme_css": theme_css(), "portal_live_js": live_js()}
     c.PortalSpawner.slurm_timeout = slurm["command_timeout"]
     c.PortalSpawner.job_name = slurm["job_name"]
     c.PortalSpawner.python_env = envs["jupyter"]

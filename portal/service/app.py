@@ -25,7 +25,7 @@ from portal.notebookjobs import NotebookJobs
 from portal.service.cluster import ClusterSource
 from portal.slurm.commands import use_bin_dir, use_private_data
 from portal.store import ProfileStore, store_url
-from portal.web import theme_css
+from portal.web import live_js, theme_css
 
 from . import api, jobs, pages, presets, usage
 from .health import HealthHandler
@@ -81,6 +81,7 @@ def create_application(settings=None, store=None, image_runner=None):
         undefined=jinja2.StrictUndefined,
     )
     jinja.globals["portal_theme_css"] = theme_css()
+    jinja.globals["portal_live_js"] = live_js()
 
     def route(path):
         return url_path_join(prefix, path)
