@@ -120,6 +120,10 @@ def session_info(job_id, job, *, ip, gpu_indices, profile, job_slice, unknown, l
     if job and job.end and job.running:
         left = int((job.end - datetime.now()).total_seconds() // 60)
         info["time_left"] = time_left(left) if left > 0 else "ending"
+    if job and job.pending:
+        # squeue's expected start of a queued session, and Slurm's reason
+        info["expected_start"] = f"{job.start:%Y-%m-%d %H:%M}" if job.start else "not known yet"
+        info["reason"] = "" if job.reason in ("", "None") else job.reason
     info.update(extend)
     return info
 

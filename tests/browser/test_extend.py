@@ -5,6 +5,7 @@ import re
 
 from playwright.sync_api import expect
 
+from tests.support.browser import stop_session
 from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs
 
 
@@ -72,7 +73,6 @@ def test_extend_from_the_session_card(page, browser_login, hub, shot):
         page.reload()
         expect(gpu_use).to_have_text("no NVIDIA driver on node n1")
 
-        page.click("#stop")
-        expect(page.locator("#start")).to_contain_text("Start My Server", timeout=30_000)
+        stop_session(page)
     finally:
         cancel_jobs_of(["alice"])

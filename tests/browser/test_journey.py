@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from tests.support.browser import stop_session
 from tests.support.jobs import user_jobs, wait_no_jobs
 from tests.support.pages import dir_item
 from tests.support.testhub import JOB_NAME
@@ -199,16 +200,15 @@ def test_journey_tensorflow(page, hub, accounts, shot, keep_template, stop_at_en
     shot(tab, "journey-06-tensorboard")
     tab.close()
 
-    # 6. the hub's control panel: Stop My Server; the Slurm job is gone
+    # 6. the home page: the card's Stop; the Slurm job is gone
     page.goto(hub + "/hub/home")
     expect(page.locator("#session-card")).to_contain_text(f"{job_id} (running)")
     shot(page, "journey-07-home")
-    page.click("#stop")
-    expect(page.locator("#start")).to_contain_text("Start My Server", timeout=30_000)
+    stop_session(page)
     deadline = time.monotonic() + 30
     while user_jobs(USER) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert not user_jobs(USER), "Stop My Server left the Slurm job"
+    assert not user_jobs(USER), "Stop left the Slurm job"
     shot(page, "journey-08-stopped")
 
 

@@ -3,6 +3,7 @@ card each, with its own job, nodes, GPUs, time left and extend form."""
 
 from playwright.sync_api import expect
 
+from tests.support.browser import stop_session
 from tests.support.jobs import cancel_jobs_of
 
 
@@ -23,6 +24,17 @@ def test_the_home_page_shows_a_card_for_each_named_session(page, browser_login, 
             expect(card.locator(f"#session-job-{server}")).to_contain_text("(running)")
             expect(card.locator(f"#extend-form-{server}")).to_be_visible()
         shot(page, "home-two-sessions")
+        # each card stops its own session; a stopped one is listed, and removed
+        stop_session(page, "one")
+        expect(page.locator('.stopped-session[data-session="one"]')).to_be_visible()
+        expect(page.locator('.session-card[data-session="two"]')).to_be_visible()
+        assert "one" not in alice.user_model("alice")["servers"]
+        page.click("#remove-one")
+        expect(page.locator('.stopped-session[data-session="one"]')).to_have_count(
+            0, timeout=20_000
+        )
+        # no main session: the one way to start is the spawn page (which names one)
+        expect(page.locator("#start-session")).to_have_attribute("href", "/hub/spawn")
     finally:
         for server in ("one", "two"):
             alice.api("DELETE", f"/users/alice/servers/{server}", json={"remove": True})

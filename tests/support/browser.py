@@ -28,3 +28,15 @@ def trusting_home(folder):
         ["certutil", "-d", db, "-A", "-t", "C,,", "-n", "portal-ca", "-i", CA_CERT], check=True
     )
     return str(folder)
+
+
+def stop_session(page, name="", timeout=30_000):
+    """Press Stop on the home page's card of the session ``name`` ("" the
+    main one) once the page's script is ready, and wait until the hub no
+    longer lists it (the page shows itself again without that Stop)."""
+    from playwright.sync_api import expect
+
+    page.wait_for_function("window._portal_home_ready === true")
+    button = page.locator(f"#stop-{name}" if name else "#stop")
+    button.click()
+    expect(button).to_have_count(0, timeout=timeout)
