@@ -64,6 +64,34 @@ def plain_sizes(nb):
     return nb
 
 
+# JupyterLab's light theme, as nbconvert's lab template inlines it, has
+# colours under WCAG 2.1 AA's 4.5:1 on a code cell's #f5f5f5 (comments
+# #408080 4.17, numbers #080 4.26, operators #a2f 4.40) and prompts at half
+# opacity (2.16), and links told from text by colour alone: darker ones,
+# each at least 4.6:1 on #f5f5f5, and underlined links (axe-core checks the
+# rendered result in tests/browser/test_notebook_jobs.py).
+CONTRAST_CSS = """<style>
+:root {
+  --jp-cell-prompt-not-active-opacity: 1;
+  --jp-cell-inprompt-font-color: #1f5f93;
+  --jp-cell-outprompt-font-color: #933f25;
+  --jp-mirror-editor-atom-color: #3333cc;
+  --jp-mirror-editor-number-color: #006600;
+  --jp-mirror-editor-variable-3-color: #006644;
+  --jp-mirror-editor-operator-color: #8a1ccf;
+  --jp-mirror-editor-meta-color: #8a1ccf;
+  --jp-mirror-editor-comment-color: #2f6363;
+  --jp-mirror-editor-bracket-color: #5e5e44;
+  --jp-mirror-editor-quote-color: #006600;
+  --jp-mirror-editor-error-color: #c00000;
+  --jp-mirror-editor-hr-color: #666666;
+}
+/* a link in a paragraph is told from its text by more than colour (1.4.1) */
+.jp-RenderedHTMLCommon a, p a { text-decoration: underline !important; }
+</style>
+"""
+
+
 def render_notebook(text):
     """The notebook JSON ``text`` as HTML, sanitized: nbconvert's
     ``sanitize_html`` (its markdown, HTML and SVG go through ``clean_html``),
@@ -75,7 +103,8 @@ def render_notebook(text):
         template_name="lab", sanitize_html=True, filters={"clean_html": clean_html}
     )
     body, _ = exporter.from_notebook_node(plain_sizes(nbformat.reads(text, as_version=4)))
-    return body
+    head = body.rfind("</head>")
+    return body[:head] + CONTRAST_CSS + body[head:] if head >= 0 else CONTRAST_CSS + body
 
 
 def _limits():

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from tests.support.axe import assert_accessible
 from tests.support.browser import stop_session
 from tests.support.jobs import user_jobs, wait_no_jobs
 from tests.support.pages import dir_item
@@ -158,6 +159,7 @@ def test_journey_tensorflow(page, hub, accounts, shot, keep_template, stop_at_en
     page.wait_for_url(f"**/hub/spawn-pending/{USER}**")
     expect(page.locator("#progress-message")).not_to_be_empty(timeout=30_000)
     shot(page, "journey-03-progress")
+    assert_accessible(page, "/hub/spawn-pending")
     page.wait_for_url(re.compile(rf".*/user/{USER}/lab.*"), timeout=SPAWN_TIMEOUT)
     [(job_id, state)] = user_jobs(USER)
     assert state == "RUNNING"

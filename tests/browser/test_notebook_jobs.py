@@ -13,6 +13,7 @@ from pathlib import Path
 from playwright.sync_api import expect
 
 from tests.support import REPO
+from tests.support.axe import assert_accessible
 from tests.support.jobs import cancel_jobs_of
 from tests.support.pages import dir_item
 from tests.support.testhub import JOB_NAME
@@ -80,6 +81,7 @@ def test_a_job_from_jupyterlabs_dialog_to_its_result(page, browser_login, login,
             time.sleep(3)
         expect(state).to_have_text("COMPLETED")
         shot(page, "jobs-03-home")
+        assert_accessible(page, "/hub/home")
 
         # its result: the executed notebook, read-only, on the portal's own address
         page.locator(f'.home-job[data-job="{job_id}"] .home-job-result').click()
@@ -88,6 +90,10 @@ def test_a_job_from_jupyterlabs_dialog_to_its_result(page, browser_login, login,
         accuracy = float(re.search(r"Test Accuracy ([\d.]+)", page.content()).group(1))
         assert accuracy >= 0.80, accuracy
         shot(page, "jobs-04-result")
+        assert_accessible(page, "/services/portal/jobs/ID/result")
+        page.goto(f"{hub}/services/portal/jobs/{job_id}")
+        expect(page.locator("h1 .job-state")).to_have_text("COMPLETED")
+        assert_accessible(page, "/services/portal/jobs/ID")
     finally:
         alice.api("DELETE", f"/users/{USER}/server")
         subprocess.run(["scancel", "-n", f"{JOB_NAME}-notebook", "-u", USER], check=False)

@@ -1164,3 +1164,34 @@ def test_a_running_tasks_gpu_sample_is_read_once_while_fresh(jobs):
         job = asyncio.run(jobs.gpu_use(job))
         assert job["task_states"][0]["gpu_use"]["mean_utilization"] == 50.0
     assert len(reads) == 1
+
+
+def test_a_rendered_result_has_code_colours_of_aa_contrast():
+    """Issue 39: every colour the rendered notebook's code and prompts take
+    from JupyterLab's theme keeps 4.5:1 on a code cell's #f5f5f5, the
+    portal's darker ones last in the head (they win), prompts opaque."""
+    from portal.service.render import render_notebook
+
+    def luminance(colour):
+        h = colour.lstrip("#")
+        h = "".join(c * 2 for c in h) if len(h) == 3 else h
+        rgb = [int(h[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    def contrast(a, b):
+        la, lb = sorted((luminance(a), luminance(b)), reverse=True)
+        return (la + 0.05) / (lb + 0.05)
+
+    cell = {"cell_type": "code", "source": "x = 1  # one", "metadata": {}, "outputs": [],
+            "execution_count": 1}  # fmt: skip
+    html = render_notebook(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                       "nbformat_minor": 5}))  # fmt: skip
+    head = html[: html.index("</head>")]
+    pattern = r"(--jp-(?:mirror-editor-[\w-]+|cell-\w+prompt-font-color)):\s*(#[0-9a-fA-F]{3,6})\b"
+    last = dict(re.findall(pattern, head))  # the last definition of each wins
+    assert len(last) >= 20
+    low = {k: round(contrast(v, "#f5f5f5"), 2) for k, v in last.items()
+           if contrast(v, "#f5f5f5") < 4.5}  # fmt: skip
+    assert not low, low
+    assert re.findall(r"--jp-cell-prompt-not-active-opacity:\s*([\d.]+)", head)[-1] == "1"
