@@ -23,6 +23,7 @@ USER = [
     "/hub/spawn",
     "/hub/token",
     "/hub/no-such-page",
+    "/hub/user/alice/",
     "/services/portal/profiles",
     "/services/portal/presets",
     "/services/portal/jobs",
