@@ -39,7 +39,7 @@ def test_two_named_sessions_run_side_by_side_and_stop_one_by_one(login):
         # the home page: a card for each, with its own job
         home = alice.session.get(alice.url("/hub/home"), timeout=30).text
         shown = {
-            server: re.search(rf'id="session-job-{server}">(\d+)', home).group(1)
+            server: re.search(rf'id="session-job-{server}"[^>]*>(\d+)', home).group(1)
             for server in ("one", "two")
         }
         assert sorted([job] for job in shown.values()) == jobs
