@@ -119,6 +119,18 @@ def test_requests_beyond_free_gpus_queue_with_reason_and_expected_start(
     assert any("Submitted Slurm job" in m for m in messages) or "queued" in messages[-1]
     [(_, state)] = user_jobs("alice")
     assert state == "PENDING"
+    # alice's home page: the card says queued, when squeue expects it to
+    # start and why (issue 39), from the shared poll's snapshot
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        home = alice.session.get(alice.url("/hub/home"), timeout=10).text
+        expected = re.search(r'id="session-expected"[^>]*>(.*?)</td>', home, re.S)
+        if expected and "not known" not in expected[1]:
+            break
+        time.sleep(1)
+    assert re.search(r'id="session-state"[^>]*>queued<', home), home[:3000]
+    assert expected and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d \(Slurm: Resources\)$",
+                                 expected[1].strip()), home[:3000]  # fmt: skip
     # the spawn page of another user says the node is full and when a slot frees
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
