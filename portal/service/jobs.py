@@ -23,6 +23,7 @@ from tornado import web
 
 from portal.core.numbers import whole_number
 from portal.core.slice import FieldError
+from portal.notebookjobs import FRESH_SECONDS
 
 from .api import APIHandler
 from .handlers import BaseHandler
@@ -55,9 +56,10 @@ class JobsMixin:
         user = None if (everyone and self.is_admin) else self.current_user["name"]
         return await self.jobs.with_states(self.store.notebook_jobs(user=user, limit=100))
 
-    async def one(self, job_id):
-        """The job with its states (Slurm's now), and its running tasks' GPU use."""
-        job = (await self.jobs.with_states([self.job_or_404(job_id)], max_age=0))[0]
+    async def one(self, job_id, max_age=0):
+        """The job with its states (Slurm's now; or a view at most ``max_age``
+        seconds old), and its running tasks' GPU use."""
+        job = (await self.jobs.with_states([self.job_or_404(job_id)], max_age=max_age))[0]
         return await self.jobs.gpu_use(job)
 
 
@@ -178,7 +180,12 @@ class JobsPage(JobsMixin, BaseHandler):
 class JobPage(JobsMixin, BaseHandler):
     @web.authenticated
     async def get(self, job_id):
-        self.render_page("job.html", active="jobs", job=await self.one(job_id), error=None)
+        # the page's own re-read (portal/web/live.js, every 10 s while shown)
+        # takes the shared view of the last 10 s: one sacct per job for all
+        # who watch it, not one per open page
+        live = self.request.headers.get("X-Portal-Live") == "1"
+        job = await self.one(job_id, max_age=FRESH_SECONDS if live else 0)
+        self.render_page("job.html", active="jobs", job=job, error=None)
 
 
 class JobActionPage(JobsMixin, BaseHandler):

@@ -7,7 +7,8 @@
 // state). When the set of [data-live] elements differs (a session or job
 // came or went), the page is shown again whole, unless the user has
 // typed into a form on it (then only the states change, in place).
-// `xsrf`: the page's XSRF token, which JupyterHub asks of a cookie's
+// Its reads say X-Portal-Live: 1 (a page may answer them from a shared,
+// recent view of Slurm). `xsrf`: the page's XSRF token, which JupyterHub asks of a cookie's
 // request that is not a navigation (without it the read is sent to log in).
 function portalLive(statusId, seconds, xsrf) {
   "use strict";
@@ -27,7 +28,7 @@ function portalLive(statusId, seconds, xsrf) {
   }
   function refresh() {
     if (document.visibilityState !== "visible") return;
-    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html", "X-XSRFToken": xsrf || "" } })
+    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html", "X-XSRFToken": xsrf || "", "X-Portal-Live": "1" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html");
