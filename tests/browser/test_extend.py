@@ -5,7 +5,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs
 
 
@@ -73,6 +73,6 @@ def test_extend_from_the_session_card(page, browser_login, hub, shot):
         page.reload()
         expect(gpu_use).to_have_text("no NVIDIA driver on node n1")
 
-        stop_session(page)
+        stop_from_home(page)
     finally:
         cancel_jobs_of(["alice"])

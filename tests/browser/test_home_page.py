@@ -5,7 +5,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import scontrol_job, user_jobs
 
 
@@ -41,7 +41,7 @@ def test_session_card_stop_and_relaunch(page, browser_login, hub, shot):
     expect(page.locator("#spawn_form")).to_be_visible()
     page.goto(hub + "/hub/home")
 
-    stop_session(page)
+    stop_from_home(page)
     deadline = time.monotonic() + 20
     while user_jobs("alice") and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -57,4 +57,4 @@ def test_session_card_stop_and_relaunch(page, browser_login, hub, shot):
     [(job_id2, _)] = user_jobs("alice")
     assert job_id2 != job_id
     page.goto(hub + "/hub/home")
-    stop_session(page)
+    stop_from_home(page)

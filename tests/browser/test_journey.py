@@ -24,7 +24,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.axe import assert_accessible
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import user_jobs, wait_no_jobs
 from tests.support.pages import dir_item
 from tests.support.testhub import JOB_NAME
@@ -206,7 +206,7 @@ def test_journey_tensorflow(page, hub, accounts, shot, keep_template, stop_at_en
     page.goto(hub + "/hub/home")
     expect(page.locator("#session-card")).to_contain_text(f"{job_id} (running)")
     shot(page, "journey-07-home")
-    stop_session(page)
+    stop_from_home(page)
     deadline = time.monotonic() + 30
     while user_jobs(USER) and time.monotonic() < deadline:
         time.sleep(0.3)

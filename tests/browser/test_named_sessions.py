@@ -3,7 +3,7 @@ card each, with its own job, nodes, GPUs, time left and extend form."""
 
 from playwright.sync_api import expect
 
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import cancel_jobs_of
 
 
@@ -25,7 +25,7 @@ def test_the_home_page_shows_a_card_for_each_named_session(page, browser_login, 
             expect(card.locator(f"#extend-form-{server}")).to_be_visible()
         shot(page, "home-two-sessions")
         # each card stops its own session; a stopped one is listed, and removed
-        stop_session(page, "one")
+        stop_from_home(page, "one")
         expect(page.locator('.stopped-session[data-session="one"]')).to_be_visible()
         expect(page.locator('.session-card[data-session="two"]')).to_be_visible()
         assert "one" not in alice.user_model("alice")["servers"]

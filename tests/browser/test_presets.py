@@ -6,7 +6,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import cancel_jobs_of, scontrol_job, user_jobs, wait_no_jobs
 
 NAME = "ResNet 2×V100 2 h"
@@ -54,7 +54,7 @@ def test_a_preset_saved_started_in_one_click_edited_and_deleted(page, browser_lo
         assert "/presets/" in page.url and len(user_jobs("alice")) == 1  # nothing started
         shot(page, "presets-edit-running")
         page.goto(hub + "/hub/home")
-        stop_session(page)
+        stop_from_home(page)
         wait_no_jobs("alice")
 
         # edit: the spawn page filled with it; 3 hours, saved over it

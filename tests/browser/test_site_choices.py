@@ -8,7 +8,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.support.browser import stop_session
+from tests.support.browser import stop_from_home
 from tests.support.jobs import (
     cancel_jobs_of,
     sacct_record,
@@ -64,7 +64,7 @@ def start_and_stop(page, hub, user, shot, name):
         page.goto(hub + "/hub/home")
         shot(page, name)
         if page.locator("#stop").is_visible():
-            stop_session(page)
+            stop_from_home(page)
         cancel_jobs_of([user], timeout=30)
         wait_no_jobs(user)
 

@@ -30,7 +30,7 @@ def trusting_home(folder):
     return str(folder)
 
 
-def stop_session(page, name="", timeout=30_000):
+def stop_from_home(page, name="", timeout=30_000):
     """Press Stop on the home page's card of the session ``name`` ("" the
     main one) once the page's script is ready, and wait until the hub no
     longer lists it (the page shows itself again without that Stop)."""
