@@ -32,9 +32,23 @@ def _no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
+UNAUTHENTICATED = (
+    "This API call has no login: send a JupyterHub token (Authorization: token TOKEN), "
+    "or the login cookie with its X-XSRFToken header"
+)
+
+
 class APIHandler(BaseHandler):
+    """The base of the JSON API: every answer JSON, errors included; a call
+    without a login or token is answered 401, never the login page's redirect."""
+
     def check_referer(self):
         return True
+
+    def prepare(self):
+        if self.current_user is None:
+            self.set_header("WWW-Authenticate", 'token realm="portal"')
+            raise web.HTTPError(401, UNAUTHENTICATED)
 
     def write_error(self, status_code, **kwargs):
         self.set_header("Content-Type", "application/json")

@@ -37,6 +37,41 @@ log = logging.getLogger("portal.service")
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+def routes(prefix):
+    """The service's routes under ``prefix``: ``(URL pattern, handler class)``.
+    docs/api/service.yaml describes those of its API (tests/unit/test_openapi.py
+    holds the two together)."""
+
+    def route(path):
+        return url_path_join(prefix, path)
+
+    name = f"({NAME_RE.pattern.strip('^$')})"  # a profile's name (the form's "new" too)
+    image = f"({IMAGE_RE.pattern.strip('^$')})"  # a site image's, its folder's
+    return [
+        (prefix, pages.RootHandler),
+        (route("oauth_callback"), HubOAuthCallbackHandler),
+        (route("profiles"), pages.ProfilesPage),
+        (route(f"profiles/{name}"), pages.ProfileEditPage),
+        (route(f"profiles/{name}/(enable|disable|delete|revert)"), pages.ProfileActionPage),
+        (route(f"profiles/{name}/history"), pages.HistoryPage),
+        (route("images"), pages.ImagesPage),
+        (route(f"images/{image}/check"), pages.ImageCheckPage),
+        (route("cluster"), pages.ClusterPage),
+        (route("api/profiles"), api.ProfilesAPI),
+        (route("api/profiles/([^/]+)"), api.ProfileAPI),
+        (route("api/check"), api.CheckAPI),
+        (route("api/images"), api.ImagesAPI),
+        (route(f"api/images/{image}/check"), api.ImageCheckAPI),
+        (route("api/sessions/extensions"), api.ExtensionsAPI),
+        (route("api/sessions/([^/]+)"), api.SessionAPI),
+        (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
+        *jobs.routes(route),
+        *usage.routes(route),
+        *presets.routes(route),
+        (route("health"), HealthHandler),
+    ]
+
+
 def create_application(settings=None, store=None, image_runner=None):
     """The service's application; ``image_runner`` runs an image's check
     (``ImageChecks``; by default ``portal.helper.imagecheck.run_check``)."""
@@ -83,34 +118,7 @@ def create_application(settings=None, store=None, image_runner=None):
     jinja.globals["portal_theme_css"] = theme_css()
     jinja.globals["portal_live_js"] = live_js()
 
-    def route(path):
-        return url_path_join(prefix, path)
-
-    name = f"({NAME_RE.pattern.strip('^$')})"  # a profile's name (the form's "new" too)
-    image = f"({IMAGE_RE.pattern.strip('^$')})"  # a site image's, its folder's
-    handlers = [
-        (prefix, pages.RootHandler),
-        (route("oauth_callback"), HubOAuthCallbackHandler),
-        (route("profiles"), pages.ProfilesPage),
-        (route(f"profiles/{name}"), pages.ProfileEditPage),
-        (route(f"profiles/{name}/(enable|disable|delete|revert)"), pages.ProfileActionPage),
-        (route(f"profiles/{name}/history"), pages.HistoryPage),
-        (route("images"), pages.ImagesPage),
-        (route(f"images/{image}/check"), pages.ImageCheckPage),
-        (route("cluster"), pages.ClusterPage),
-        (route("api/profiles"), api.ProfilesAPI),
-        (route("api/profiles/([^/]+)"), api.ProfileAPI),
-        (route("api/check"), api.CheckAPI),
-        (route("api/images"), api.ImagesAPI),
-        (route(f"api/images/{image}/check"), api.ImageCheckAPI),
-        (route("api/sessions/extensions"), api.ExtensionsAPI),
-        (route("api/sessions/([^/]+)"), api.SessionAPI),
-        (route("api/sessions/([^/]+)/extend"), api.SessionExtendAPI),
-        *jobs.routes(route),
-        *usage.routes(route),
-        *presets.routes(route),
-        (route("health"), HealthHandler),
-    ]
+    handlers = routes(prefix)
     return web.Application(
         handlers,
         default_handler_class=pages.NotFoundPage,

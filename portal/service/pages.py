@@ -1,7 +1,9 @@
 """The admin service's HTML pages: the profiles, their editor and history,
 the site's container images and their checks, the cluster."""
 
+import json
 import logging
+import re
 from datetime import datetime
 
 from jupyterhub.utils import url_path_join
@@ -20,6 +22,13 @@ from .operations import environments, form_to_dict, profile_json
 
 log = logging.getLogger("portal.service")
 
+API_PATH = re.compile(r"^api(/|$)")  # under the service's prefix
+NO_ROUTE = "The portal's API has no such route (docs/api/service.yaml describes them)"
+
+
+class APINotFound(web.HTTPError):
+    """A path under ``api/`` with no route: answered as the API answers, in JSON."""
+
 
 class RootHandler(BaseHandler):
     @web.authenticated
@@ -31,9 +40,20 @@ class NotFoundPage(BaseHandler):
     """A path the service has no route for: its own error page, in the
     site's theme (tornado's default is a bare text page); after a login."""
 
-    @web.authenticated
     def prepare(self):
+        if API_PATH.match(self.request.path[len(self.settings["service_prefix"]) :]):
+            raise APINotFound(404, NO_ROUTE)  # an API client's: JSON, with or without a login
+        self.page_not_found()
+
+    @web.authenticated
+    def page_not_found(self):
         raise web.HTTPError(404, "The portal has no such page.")
+
+    def write_error(self, status_code, **kwargs):
+        if isinstance(kwargs.get("exc_info", (None, None))[1], APINotFound):
+            self.set_header("Content-Type", "application/json")
+            return self.finish(json.dumps({"error": NO_ROUTE, "field": None}))
+        super().write_error(status_code, **kwargs)
 
 
 class ProfilesPage(BaseHandler):

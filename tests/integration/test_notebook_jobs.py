@@ -176,7 +176,7 @@ def test_a_template_runs_as_a_job_and_only_its_owner_sees_it(notebooks, portal):
     # no login: nothing
     r = requests.get(alice.url(f"api/jobs/{job_id}"), allow_redirects=False, timeout=30,
                      verify=alice.client.session.verify)  # fmt: skip
-    assert r.status_code in (302, 403) and "alice" not in r.text
+    assert r.status_code == 401 and "alice" not in r.text and r.json()["field"] is None
 
 
 def test_the_result_is_sanitized_and_runs_no_script(notebooks, portal):
