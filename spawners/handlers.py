@@ -61,10 +61,32 @@ NOTICE_COOKIE = "portal-notice"
 REFRESH_TIMEOUT = 10.0
 
 
+NO_LOGIN = "This call has no login: log in, or send a token (Authorization: token TOKEN)"
+
+
+class NoLoginMessageMixin:
+    """A JupyterHub API handler whose refusal of a call without a login says
+    so: JupyterHub's own answers 403 with ``"message": null``."""
+
+    def get_login_url(self):
+        raise web.HTTPError(403, NO_LOGIN)
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if status_code == 403 and isinstance(exc, web.HTTPError) and not exc.get_message():
+            if self.current_user is None:
+                exc.jupyterhub_message = NO_LOGIN  # what JupyterHub's write_error sends
+        super().write_error(status_code, **kwargs)
+
+
+class PortalAPIHandler(NoLoginMessageMixin, APIHandler):
+    """The base of the portal's routes on the hub's API."""
+
+
 # -- the port report ----------------------------------------------------------
 
 
-class PortReportHandler(APIHandler):
+class PortReportHandler(PortalAPIHandler):
     @web.authenticated
     def post(self):
         token = self.get_auth_token()
@@ -126,7 +148,7 @@ class StoppableSpawnMixin:
             self.log.info("The spawn of %s was stopped before it finished", name)
 
 
-class PortalUserServerAPIHandler(StoppableSpawnMixin, UserServerAPIHandler):
+class PortalUserServerAPIHandler(NoLoginMessageMixin, StoppableSpawnMixin, UserServerAPIHandler):
     async def post(self, user_name, server_name=""):
         await super().post(user_name, server_name)
         if self.spawn_stopped:
@@ -164,6 +186,33 @@ class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
         finally:
             if new:
                 await jupyterhub_patches.forget_unstarted(self.db, owner, server_name)
+
+
+# -- the JSON routes on the pages' side ----------------------------------------
+
+
+class JSONRouteMixin:
+    """A route under /hub/portal that a page's script or an API client calls:
+    every error is JSON ``{"error": message, "field": the field or null}``,
+    and a call without a login or token is refused (403, as JupyterHub's own
+    API refuses it), never sent the login page's redirect."""
+
+    def get_login_url(self):
+        raise web.HTTPError(403, NO_LOGIN)
+
+    def portal_user(self):
+        """The request's user; 403 for a service's token (it has no sessions)."""
+        user = self.current_user
+        if getattr(user, "kind", "") != "user":
+            raise web.HTTPError(403, "This is a user's: log in, or send a user's token")
+        return user
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None))[1]
+        message = (exc.get_message() if isinstance(exc, web.HTTPError) else None) or self._reason
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"error": message, "field": getattr(exc, "field", None)}))
 
 
 # -- the session card ---------------------------------------------------------
@@ -255,7 +304,7 @@ def may_act_on(handler, user_name):
     return may_extend(actor.name, user_name, is_portal_admin(handler.expanded_scopes))
 
 
-class SessionExtendHandler(BaseHandler):
+class SessionExtendHandler(JSONRouteMixin, BaseHandler):
     """``POST /hub/portal/sessions/NAME[/SESSION]/extend`` (form field
     ``hours``): the session's owner, or a portal admin, adds hours within the
     profile's limit."""
@@ -314,7 +363,7 @@ class SessionExtendHandler(BaseHandler):
             pass
 
 
-class NoticesHandler(BaseHandler):
+class NoticesHandler(JSONRouteMixin, BaseHandler):
     """``GET /hub/portal/notices?since=N``: the user's own notices after id
     N (a queued session started, one ends soon, one ended), as JSON, for
     the desktop notifications of the hub's pages (templates/page.html). From
@@ -327,7 +376,7 @@ class NoticesHandler(BaseHandler):
             since = int(self.get_argument("since", "-1"))
         except ValueError:
             raise web.HTTPError(400, "since must be a whole number") from None
-        user = self.current_user
+        user = self.portal_user()
         poller = getattr(user.spawner, "poller", None)
         events, last = poller.notices.events_for(user.name, since) if poller else ([], 0)
         self.set_header("Content-Type", "application/json")
@@ -335,7 +384,7 @@ class NoticesHandler(BaseHandler):
         self.finish(json.dumps({"events": events, "last": last}))
 
 
-class ExpectedStartHandler(BaseHandler):
+class ExpectedStartHandler(JSONRouteMixin, BaseHandler):
     """``GET /hub/portal/expected-start?profile=...&gpus=...``: when Slurm
     would start the spawn page's exact choice (the spawn form's fields, as a
     spawn link gives them), as JSON: ``{"start": "Sat 14:00" | null,
@@ -347,7 +396,7 @@ class ExpectedStartHandler(BaseHandler):
 
     @web.authenticated
     async def get(self):
-        user = self.current_user
+        user = self.portal_user()
         spawner = user.spawner
         options = {
             key: values[0].decode("utf8", "replace")
@@ -373,7 +422,7 @@ class ExpectedStartHandler(BaseHandler):
         }))  # fmt: skip
 
 
-class SessionGPUsHandler(BaseHandler):
+class SessionGPUsHandler(JSONRouteMixin, BaseHandler):
     """``GET /hub/portal/sessions/NAME[/SESSION]/gpus``: the session's own GPU figures
     (``/user/NAME/portal/api/gpus``, asked with the server's own token) for
     the card on the hub's page, to the owner or an admin. The browser cannot
@@ -387,9 +436,7 @@ class SessionGPUsHandler(BaseHandler):
         spawner = session_of(self, user_name, server_name)
         self.set_header("Content-Type", "application/json")
         if spawner is None or not spawner.ready or not spawner.server:
-            self.set_status(404)
-            self.finish(json.dumps({"gpus": [], "reason": f"{user_name} has no running session"}))
-            return
+            raise web.HTTPError(404, f"{user_name[:40]} has no running session by that name")
         figures = await session_gpus(spawner, hub_client_context(self.settings))
         self.finish(json.dumps(figures, allow_nan=False))
 
@@ -438,6 +485,8 @@ def gpu_figures(data):
     []
     >>> gpu_figures({"gpus": [{"index": 0, "utilization": float("nan")}]})["gpus"]
     [{'index': 0}]
+    >>> gpu_figures({"gpus": [{"index": None, "utilization": True, "name": "A100"}]})["gpus"]
+    [{'name': 'A100'}]
     """
     unanswered = {"gpus": [], "reason": UNANSWERED}
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
@@ -450,8 +499,9 @@ def gpu_figures(data):
             {
                 key: value if isinstance(value, (int, float)) else str(value)[:80]
                 for key, value in gpu.items()
-                if key in GPU_KEYS
-                and (value is None or isinstance(value, (int, float, str)))
+                if key in GPU_KEYS  # None (NVML's for a MIG instance): not shown
+                and isinstance(value, (int, float, str))
+                and not isinstance(value, bool)
                 and (not isinstance(value, float) or math.isfinite(value))  # JSON has no NaN
             }
         )

@@ -16,18 +16,18 @@ Another user's job is 404, as one that does not exist.
 
 import json
 
-from jupyterhub.apihandlers import APIHandler
 from tornado import web
 
 from portal.core.slice import FieldError
 from portal.roles import JOBS_SCOPE, is_portal_admin
 
 from . import metrics
+from .handlers import PortalAPIHandler
 
 ROUTES = {
     r"/api/portal/jobs": "JobsHandler",
     r"/api/portal/jobs/(\d{1,12})": "JobHandler",
-    r"/api/portal/jobs/(\d{1,12})/(cancel)": "JobHandler",
+    r"/api/portal/jobs/(\d{1,12})/cancel": "CancelHandler",
     r"/api/portal/notebooks/parameters": "ParametersHandler",
     r"/api/portal/job-profiles": "ProfilesHandler",
 }
@@ -38,7 +38,7 @@ def no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-class NotebookJobsHandler(APIHandler):
+class NotebookJobsHandler(PortalAPIHandler):
     def initialize(self, jobs):
         self.jobs = jobs  # portal.notebookjobs.NotebookJobs
 
@@ -94,7 +94,9 @@ class JobHandler(NotebookJobsHandler):
         job = (await self.jobs.with_states([self.record(job_id)], max_age=0))[0]
         self.send(await self.jobs.gpu_use(job))
 
-    async def post(self, job_id, action):
+
+class CancelHandler(NotebookJobsHandler):
+    async def post(self, job_id):
         record = self.record(job_id)
         await self.jobs.cancel(record)
         self.send((await self.jobs.with_states([record], max_age=0))[0])

@@ -36,7 +36,6 @@ portal admin (``portal.roles``) also publishes and changes published ones
 import json
 from urllib.parse import urlencode
 
-from jupyterhub.apihandlers import APIHandler
 from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
@@ -48,7 +47,7 @@ from portal.roles import is_portal_admin
 from portal.store import NotFound
 
 from . import form, metrics
-from .handlers import NOTICE_COOKIE, PortalSpawnHandler
+from .handlers import NOTICE_COOKIE, PortalAPIHandler, PortalSpawnHandler
 
 SAVE_ROUTE = r"/portal/presets"
 EDIT_ROUTE = r"/portal/presets/(\d{1,12})/edit"
@@ -287,7 +286,7 @@ class PresetActionHandler(PresetHandler, PortalSpawnHandler):
 # -- the API ------------------------------------------------------------------
 
 
-class PresetsAPIHandler(APIHandler):
+class PresetsAPIHandler(PortalAPIHandler):
     def initialize(self, store):
         self.store = store
 
@@ -387,6 +386,8 @@ class PresetAPI(PresetsAPIHandler):
             saved = await self.save(merged, preset["owner"], preset["id"])
         except FieldError as e:
             return self.refuse(e)
+        except NotFound as e:  # deleted meanwhile
+            raise web.HTTPError(404, str(e)) from None
         self.send(await fit_json(self.current_user.spawner, saved))
 
     def delete(self, preset_id):
