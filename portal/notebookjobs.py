@@ -90,6 +90,10 @@ GPU_FRESH_SECONDS = 15.0
 KEEP_SEEN = 5000  # jobs whose last view is kept
 
 
+def no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 class NotebookJobs:
     def __init__(self, store, settings, profiles=None):
         self.store = store
@@ -369,11 +373,16 @@ class NotebookJobs:
                 task["gpu_use"] = copy.deepcopy(seen[1])
                 continue
             try:
+                # the user's own file: plain JSON (no NaN, which no answer may
+                # hold), an object, not nested deeper than Python reads
                 task["gpu_use"] = json.loads(
-                    await self.read(job["user"], "gpus", task["gpus_file"])
+                    await self.read(job["user"], "gpus", task["gpus_file"]),
+                    parse_constant=no_constant,
                 )
-            except (FieldError, ValueError) as e:
-                task["gpu_use"] = {"gpus": [], "reason": f"no sample yet ({e})"}
+                if not isinstance(task["gpu_use"], dict):
+                    raise ValueError("not a JSON object")
+            except (FieldError, ValueError, RecursionError) as e:
+                task["gpu_use"] = {"gpus": [], "reason": f"no sample yet ({str(e)[:120]})"}
             self._gpu_seen[key] = (now, copy.deepcopy(task["gpu_use"]))
         trim(self._gpu_seen, KEEP_SEEN, now - GPU_FRESH_SECONDS)
         return job

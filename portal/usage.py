@@ -48,13 +48,26 @@ def period(since, until, now=None):
 
     >>> [d.isoformat() for d in period("2026-11-01", "2026-11-02")]
     ['2026-11-01T00:00:00', '2026-11-03T00:00:00']
+    >>> for since, until in [("", "9999-12-31"), ("", "0001-01-01"), ("2026-13-01", "")]:
+    ...     try:
+    ...         period(since, until)
+    ...     except UsageError as e:
+    ...         print(e.field, "-", e)
+    until - until is a date, YYYY-MM-DD, from 0001-01-08 to 9999-12-30
+    until - until is a date, YYYY-MM-DD, from 0001-01-08 to 9999-12-30
+    since - since is a date, YYYY-MM-DD
     """
     now = now or datetime.now()
     try:
         end = day_start(until) + timedelta(days=1) if until else now
-        start = day_start(since) if since else end - timedelta(days=7)
+        start = None if since else end - timedelta(days=7)
+    except (TypeError, ValueError, OverflowError):  # 9999-12-31's next day, 0001-01-01's week
+        message = "until is a date, YYYY-MM-DD, from 0001-01-08 to 9999-12-30"
+        raise UsageError(message, "until") from None
+    try:
+        start = start or day_start(since)
     except (TypeError, ValueError):
-        raise UsageError("since and until are dates, YYYY-MM-DD", "since") from None
+        raise UsageError("since is a date, YYYY-MM-DD", "since") from None
     if start >= end:
         raise UsageError("since must be before until", "since")
     if end - start > timedelta(days=MAX_DAYS):

@@ -1195,3 +1195,30 @@ def test_a_rendered_result_has_code_colours_of_aa_contrast():
            if contrast(v, "#f5f5f5") < 4.5}  # fmt: skip
     assert not low, low
     assert re.findall(r"--jp-cell-prompt-not-active-opacity:\s*([\d.]+)", head)[-1] == "1"
+
+
+@pytest.mark.parametrize(
+    "sample, kept",
+    [
+        ('{"gpus": [{"index": 0, "utilization": 40}], "mean_utilization": 40}', True),
+        ('{"gpus": [{"index": 0, "utilization": NaN}]}', False),  # no JSON answer holds NaN
+        ("[1, 2]", False),
+        ("[" * 100_000 + "]" * 100_000, False),  # deeper than Python reads
+        ("not json", False),
+    ],
+)
+def test_a_tasks_gpu_sample_is_shown_only_when_it_is_a_json_object(jobs, sample, kept):
+    """The sample is the user's own file: what it holds must not make the job's
+    answer fail (an API answer is JSON without NaN: found by fuzzing)."""
+    import asyncio
+
+    jobs.slurm = {"5": "RUNNING"}
+    job = asyncio.run(jobs.with_states([{**job_record("5"), "tasks": [{"gpus": "g.json"}]}]))[0]
+
+    async def read(user, what, path):
+        return sample
+
+    jobs.read = read
+    use = asyncio.run(jobs.gpu_use(job))["task_states"][0]["gpu_use"]
+    json.dumps(use, allow_nan=False)
+    assert (use == json.loads(sample)) if kept else use["reason"].startswith("no sample yet")
