@@ -303,11 +303,17 @@ class NotebookJobs:
 
     async def cancel(self, record):
         """scancel the job (every task of an array) as its user; its next
-        view is Slurm's."""
+        view is Slurm's. A job slurmctld no longer knows has ended long
+        since: nothing to cancel, and no error (its view says how it ended)."""
         self._seen.pop(record["id"], None)
         self._cancelled[record["id"]] = time.monotonic()  # a view asked before is not kept
         trim_times(self._cancelled, KEEP_SEEN)
-        await slurm.cancel(record["user"], record["id"], self.job_name, timeout=self.timeout)
+        try:
+            await slurm.cancel(record["user"], record["id"], self.job_name, timeout=self.timeout)
+        except SlurmError as e:
+            if "Invalid job id" not in str(e):
+                raise
+            log.info("job %s of %s: ended before its cancel", record["id"], record["user"])
 
     async def declared(self, username, path):
         """``(path, kernel, [Parameter])`` of the notebook ``path`` of

@@ -1222,3 +1222,23 @@ def test_a_tasks_gpu_sample_is_shown_only_when_it_is_a_json_object(jobs, sample,
     use = asyncio.run(jobs.gpu_use(job))["task_states"][0]["gpu_use"]
     json.dumps(use, allow_nan=False)
     assert (use == json.loads(sample)) if kept else use["reason"].startswith("no sample yet")
+
+
+def test_cancelling_a_job_slurmctld_has_forgotten_is_no_error(jobs, monkeypatch):
+    """An ended job leaves slurmctld's memory after MinJobAge: scancel then
+    says "Invalid job id", and the cancel answered 503 (found by fuzzing)."""
+    import asyncio
+
+    from portal import notebookjobs
+    from portal.slurm.parse import SlurmError
+
+    said = {"text": "scancel: error: Kill job error on job id 853: Invalid job id specified"}
+
+    async def cancel(user, job_id, job_name, timeout):
+        raise SlurmError(said["text"])
+
+    monkeypatch.setattr(notebookjobs.slurm, "cancel", cancel)
+    asyncio.run(jobs.cancel(job_record("853")))
+    said["text"] = "scancel: error: Unable to contact slurm controller"
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        asyncio.run(jobs.cancel(job_record("853")))
