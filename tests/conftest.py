@@ -157,3 +157,15 @@ def one_free_node(cluster):
     ``(node, total_gpus)``, for tests of what a full cluster shows."""
     yield occupy_all_nodes_but_one()
     release_nodes()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many real answers were checked against docs/api (HubClient's calls)."""
+    from tests.support.openapi import CHECKED
+
+    if CHECKED:
+        operations = {operation for operation, _ in CHECKED}
+        terminalreporter.write_line(
+            f"docs/api: {sum(CHECKED.values())} answers of {len(operations)} described "
+            f"operations kept to their description"
+        )

@@ -11,6 +11,7 @@ from urllib3.util.retry import Retry
 
 from portal.core.usernames import user_host
 from tests.support.hubsettings import CA_CERT
+from tests.support.openapi import check_response
 
 SERVICE = "/services/portal/"  # the admin service (portal.service)
 
@@ -40,6 +41,8 @@ class HubClient:
         )  # fmt: skip
         for prefix in ("https://", "http://"):
             self.session.mount(prefix, requests.adapters.HTTPAdapter(max_retries=retry))
+        # every answer of a route docs/api describes keeps to its description
+        self.session.hooks["response"].append(check_response)
 
     def url(self, path):
         if "://" in path:  # the hub's own answer (a server's url with its host)
