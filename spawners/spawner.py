@@ -99,15 +99,15 @@ class PortalSpawner(
         raise LinkOptions("Check the session below and press Start to launch it.")
 
     def load_user_options(self, user_options):
-        """Validate again at start (the REST API skips the form): HTTP 400 when
-        invalid, and the user's saved options are put back as they were (the
-        hub saved the refused ones before calling this)."""
+        """Validate again at start (the REST API skips the form): HTTP 400
+        naming the field when invalid, and the user's saved options are put
+        back as they were (the hub saved the refused ones before calling this)."""
         try:
             self.profile, self.job_slice = self.resolve_options(dict(user_options or {}))
         except (ProfileError, SliceError) as e:
             self._restore_last_options()
             metrics.refused("options")
-            raise web.HTTPError(400, str(e)) from None
+            raise web.HTTPError(400, refusal_text(e)) from None
         self.last_options = form.valid_options(self.profile, self.job_slice, user_options)
         return self.job_slice
 
