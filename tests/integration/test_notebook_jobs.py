@@ -367,3 +367,28 @@ def test_a_profile_with_a_site_image_runs_the_job_in_the_image(notebooks, portal
     r = submit(alice, notebook=f"{FOLDER}/where.ipynb", profile="pytorch")
     done = wait_ended(alice, r.json()["id"])
     assert "x no image" in (home("alice") / done["output"]).read_text()
+
+
+def test_cancelling_a_job_slurmctld_no_longer_knows_is_answered_not_an_error(portal, login):
+    """An ended job leaves slurmctld after MinJobAge (300 s here) and the
+    store keeps it: the real scancel then says "Invalid job id", which the
+    cancel answered 503 (found by fuzzing). A job id slurmctld never had is
+    the same answer, without the wait."""
+    from portal import settings
+    from portal.store import ProfileStore, store_url
+    from tests.support.testhub import SETTINGS_FILE
+
+    store = ProfileStore(store_url(settings.load(SETTINGS_FILE)))
+    forgotten = subprocess.run(
+        ["scancel", "--name", NOTEBOOK_JOBS, "999999"], capture_output=True, text=True
+    )
+    assert "Invalid job id" in forgotten.stderr, forgotten.stderr  # what sudo's scancel says too
+    store.record_notebook_job(
+        job_id="999999", user="alice", notebook=f"{FOLDER}/sleeper.ipynb", profile="pytorch",
+        gpus=1, nodes=1, hours=1, parameters={}, sweep={}, tasks=[{}], kernel="pytorch",
+        submitted_by="alice", rerun_of=None, notify=False,
+    )  # fmt: skip
+    r = portal("alice").send("POST", "api/jobs/999999/cancel")
+    assert r.status_code == 200 and r.json()["id"] == "999999", r.text
+    r = login("alice").api("POST", "/portal/jobs/999999/cancel")  # the hub's API, the same
+    assert r.status_code == 200 and r.json()["id"] == "999999", r.text
