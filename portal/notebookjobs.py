@@ -37,6 +37,7 @@ from portal.core.notebooks import (
     result_base,
     task_parameters,
 )
+from portal.core.numbers import no_constant
 from portal.core.profiles import check_account, choose, unix_groups
 from portal.core.script import render_batch_script
 from portal.core.slice import FieldError
@@ -88,10 +89,6 @@ def job_name(settings):
 FRESH_SECONDS = 10.0
 GPU_FRESH_SECONDS = 15.0
 KEEP_SEEN = 5000  # jobs whose last view is kept
-
-
-def no_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 class NotebookJobs:

@@ -194,18 +194,12 @@ class PortalSpawnHandler(StoppableSpawnMixin, SpawnHandler):
 class JSONRouteMixin:
     """A route under /hub/portal that a page's script or an API client calls:
     every error is JSON ``{"error": message, "field": the field or null}``,
-    and a call without a login or token is refused (403, as JupyterHub's own
-    API refuses it), never sent the login page's redirect."""
+    and a call without a login is refused (403, as JupyterHub's own API
+    refuses it), never sent the login page's redirect. As every page of
+    JupyterHub's, it takes the login cookie, no token (``_accept_token_auth``)."""
 
     def get_login_url(self):
         raise web.HTTPError(403, NO_LOGIN)
-
-    def portal_user(self):
-        """The request's user; 403 for a service's token (it has no sessions)."""
-        user = self.current_user
-        if getattr(user, "kind", "") != "user":
-            raise web.HTTPError(403, "This is a user's: log in, or send a user's token")
-        return user
 
     def write_error(self, status_code, **kwargs):
         exc = kwargs.get("exc_info", (None, None))[1]
@@ -376,7 +370,7 @@ class NoticesHandler(JSONRouteMixin, BaseHandler):
             since = int(self.get_argument("since", "-1"))
         except ValueError:
             raise web.HTTPError(400, "since must be a whole number") from None
-        user = self.portal_user()
+        user = self.current_user
         poller = getattr(user.spawner, "poller", None)
         events, last = poller.notices.events_for(user.name, since) if poller else ([], 0)
         self.set_header("Content-Type", "application/json")
@@ -396,7 +390,7 @@ class ExpectedStartHandler(JSONRouteMixin, BaseHandler):
 
     @web.authenticated
     async def get(self):
-        user = self.portal_user()
+        user = self.current_user
         spawner = user.spawner
         options = {
             key: values[0].decode("utf8", "replace")

@@ -18,6 +18,7 @@ import json
 
 from tornado import web
 
+from portal.core.numbers import no_constant
 from portal.core.slice import FieldError
 from portal.roles import JOBS_SCOPE, is_portal_admin
 
@@ -32,10 +33,6 @@ ROUTES = {
     r"/api/portal/job-profiles": "ProfilesHandler",
 }
 MAX_BODY = 64 * 1024
-
-
-def no_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 class NotebookJobsHandler(PortalAPIHandler):

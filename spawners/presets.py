@@ -41,6 +41,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from portal import presets
+from portal.core.numbers import no_constant
 from portal.core.slice import FieldError
 from portal.presets import PUBLISHED, PresetError
 from portal.roles import is_portal_admin
@@ -316,7 +317,7 @@ class PresetsAPIHandler(PortalAPIHandler):
         if len(self.request.body) > MAX_BODY:
             raise PresetError(f"The request body is larger than {MAX_BODY} bytes")
         try:
-            data = json.loads(self.request.body or b"{}", parse_constant=form_no_constant)
+            data = json.loads(self.request.body or b"{}", parse_constant=no_constant)
         except (ValueError, RecursionError) as e:
             raise PresetError(f"The request body is not JSON: {str(e)[:80]}") from None
         if not isinstance(data, dict):
@@ -331,10 +332,6 @@ class PresetsAPIHandler(PortalAPIHandler):
         return self.store.save_preset(
             owner, name, options, server_name, self.current_user.name, preset_id
         )
-
-
-def form_no_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 class PresetsAPI(PresetsAPIHandler):

@@ -1,5 +1,6 @@
 """The one whole-number parser of every numeric field: the spawn form, spawn
-links, the REST API, the profile form and API, revisions.
+links, the REST API, the profile form and API, revisions; and the one
+refusal of JSON's non-standard constants (``no_constant``).
 
 ASCII digits only: ``str.isdigit`` and ``\\d`` take "²" or "٣", which ``int``
 refuses or reads as another number; at most 9 of them, so a number never
@@ -25,3 +26,16 @@ def whole_number(value):
     if isinstance(value, str) and DIGITS_RE.fullmatch(value.strip(" \t")):
         return int(value.strip(" \t"))
     return None
+
+
+def no_constant(name):
+    """``json.loads``'s ``parse_constant``: NaN and Infinity are not JSON, and
+    no answer of the portal's may hold them (``json.dumps(allow_nan=False)``).
+
+    >>> import json
+    >>> json.loads('{"x": NaN}', parse_constant=no_constant)
+    Traceback (most recent call last):
+    ...
+    ValueError: NaN is not JSON
+    """
+    raise ValueError(f"{name} is not JSON")

@@ -13,7 +13,7 @@ import json
 
 from tornado import web
 
-from portal.core.numbers import whole_number
+from portal.core.numbers import no_constant, whole_number
 from portal.core.profiles import ProfileError
 from portal.core.slice import FieldError
 from portal.core.timelimit import ExtendError, parse_hours
@@ -26,10 +26,6 @@ from .images import ImageCheckFailed
 from .operations import InUse, profile_json
 
 MAX_BODY = 64 * 1024  # bytes of a JSON body
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 UNAUTHENTICATED = (
@@ -66,7 +62,7 @@ class APIHandler(BaseHandler):
         if len(self.request.body) > MAX_BODY:
             raise FieldError(f"The request body is larger than {MAX_BODY} bytes")
         try:
-            data = json.loads(self.request.body or b"null", parse_constant=_no_constant)
+            data = json.loads(self.request.body or b"null", parse_constant=no_constant)
             # \u escapes can spell half a surrogate pair: not text, and no database stores it
             json.dumps(data, ensure_ascii=False).encode()
         except UnicodeEncodeError:
