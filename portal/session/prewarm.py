@@ -45,13 +45,24 @@ MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 LAUNCHER_VARIABLES = ("JPY_PARENT_PID",)
 # IPython's pre-flight code (run before the kernel answers): the imports,
 # each failure printed to the job's log, no name left in the user's namespace.
+# The cyclic collector is off while they run: a framework's import makes
+# millions of objects, few of them garbage, and the collector's passes over
+# them were a fifth of TensorFlow's import here. What they made is then frozen
+# (gc.freeze: out of every later pass), so the user's cells do not pay for
+# scanning it either.
 IMPORTS = """\
-import sys
-for name in modules:
-    try:
-        __import__(name)
-    except Exception as e:
-        print(f"portal: the pre-warmed kernel could not import {name}: {e!r}", file=sys.__stderr__)
+import gc, sys
+gc.disable()
+try:
+    for name in modules:
+        try:
+            __import__(name)
+        except Exception as e:
+            print(f"portal: the pre-warmed kernel could not import {name}: {e!r}",
+                  file=sys.__stderr__)
+finally:
+    gc.freeze()
+    gc.enable()
 """
 HANDOVER = """\
 import os
