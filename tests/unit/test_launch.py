@@ -228,3 +228,54 @@ def test_a_refused_report_ends_the_server_with_the_reason(tmp_path):
     assert "Traceback" not in result.stderr
     assert "the port report failed, ending the session: the hub answered 403" in result.stderr
     assert seen[0][:2] == ("/hub/api/batchspawner", "token t0ken")
+
+
+def test_the_server_starts_with_the_collector_off_and_it_is_on_once_listening(tmp_path):
+    """A real launcher process: its command sees the cyclic collector off
+    until it listens on its port, then on, with its start frozen out of it."""
+    import http.server
+    import threading
+
+    class Taking(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Taking)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        command = tmp_path / "server"
+        command.write_text(
+            "import gc, os, socket, time, urllib.parse\n"
+            "print('starting', gc.isenabled(), flush=True)\n"
+            "url = urllib.parse.urlsplit(os.environ['JUPYTERHUB_SERVICE_URL'])\n"
+            "s = socket.socket()\n"
+            "s.bind((url.hostname, url.port))\n"
+            "s.listen()\n"
+            "deadline = time.monotonic() + 20\n"
+            "while not gc.isenabled() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.02)\n"
+            "print('listening', gc.isenabled(), gc.get_freeze_count() > 0, flush=True)\n"
+        )
+        command.chmod(0o755)
+        env = {
+            "PATH": f"{tmp_path}:{os.environ['PATH']}",
+            "JUPYTERHUB_API_URL": f"http://127.0.0.1:{server.server_port}/hub/api",
+            "JUPYTERHUB_API_TOKEN": "t0ken",
+            "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:0/user/alice/",
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "portal.session.launch", "server"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["starting False", "listening True True"]
