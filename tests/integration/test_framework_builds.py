@@ -18,6 +18,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,26 @@ def resolve(requirements, report, *, deps):
     return json.loads(report.read_text())["install"]
 
 
+@pytest.fixture(scope="module")
+def resolutions(registry, tmp_path_factory):
+    """Every resolution of the tests below, started together the first time
+    one is asked for: ``(fw, deps) -> future`` of ``resolve``'s answer. Each
+    is mostly waiting for the registry (48 s for PyTorch's whole environment
+    alone here); one after the other they took two and a half minutes."""
+    folder = tmp_path_factory.mktemp("resolutions")
+    with ThreadPoolExecutor(max_workers=2 * len(CUDA_BUILD)) as pool:
+        yield {
+            (fw, deps): pool.submit(
+                resolve,
+                FRAMEWORKS_DIR / f"{fw}-cuda.txt",
+                folder / f"{fw}-{'deps' if deps else 'pins'}.json",
+                deps=deps,
+            )
+            for fw in sorted(CUDA_BUILD)
+            for deps in (False, True)
+        }
+
+
 def test_every_framework_has_a_cuda_build():
     """A CUDA file beside each CPU file, its framework first, then the same
     companions (numpy, tensorboard, matplotlib, ipykernel, ...) at the same pins."""
@@ -126,15 +147,11 @@ def test_every_framework_has_a_cuda_build():
 
 
 @pytest.mark.parametrize("fw", sorted(CUDA_BUILD))
-def test_each_pin_resolves(fw, registry, tmp_path):
+def test_each_pin_resolves(fw, resolutions):
     """Each pin alone (--no-deps): that version exists for this Python and Linux,
     and the framework's wheel is the CUDA build."""
-    requirements = FRAMEWORKS_DIR / f"{fw}-cuda.txt"
-    wanted = pins(requirements)
-    chosen = {
-        canonical(item["metadata"]["name"]): item
-        for item in resolve(requirements, tmp_path / "report.json", deps=False)
-    }
+    wanted = pins(FRAMEWORKS_DIR / f"{fw}-cuda.txt")
+    chosen = {canonical(item["metadata"]["name"]): item for item in resolutions[fw, False].result()}
     for name, _, version in wanted:
         assert name in chosen, f"{fw}: {name} not resolved"
         assert chosen[name]["metadata"]["version"] == version, (name, chosen[name])
@@ -150,13 +167,13 @@ def test_each_pin_resolves(fw, registry, tmp_path):
 
 
 @pytest.mark.parametrize("fw", sorted(CUDA_BUILD))
-def test_environment_resolves(fw, registry, tmp_path):
+def test_environment_resolves(fw, resolutions):
     """The whole environment with its dependencies: the companions' pins agree
     with the CUDA build's own requirements, and its CUDA libraries come along."""
     requirements = FRAMEWORKS_DIR / f"{fw}-cuda.txt"
     installed = {
         canonical(item["metadata"]["name"]): item["metadata"]["version"]
-        for item in resolve(requirements, tmp_path / "report.json", deps=True)
+        for item in resolutions[fw, True].result()
     }
     for name, _, version in pins(requirements):
         assert installed.get(name) == version, (name, installed.get(name))
