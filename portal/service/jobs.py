@@ -185,7 +185,10 @@ class JobPage(JobsMixin, BaseHandler):
         # who watch it, not one per open page
         live = self.request.headers.get("X-Portal-Live") == "1"
         job = await self.one(job_id, max_age=FRESH_SECONDS if live else 0)
-        self.render_page("job.html", active="jobs", job=job, error=None)
+        # right after the user's own Cancel: a job Slurm has already ended
+        # gets no live re-reads, so its state is announced once, here
+        cancelled = self.get_argument("cancelled", "") == "1" and job["ended"]
+        self.render_page("job.html", active="jobs", job=job, error=None, announce=cancelled)
 
 
 class JobActionPage(JobsMixin, BaseHandler):
@@ -195,12 +198,14 @@ class JobActionPage(JobsMixin, BaseHandler):
         try:
             if action == "cancel":
                 await self.jobs.cancel(record)
-                return self.redirect(self.page_url(f"jobs/{job_id}"))
+                return self.redirect(self.page_url(f"jobs/{job_id}", cancelled="1"))
             new = await self.jobs.rerun(record, self.author)
         except Exception as e:
             job = await self.one(job_id)
             self.set_status(400)
-            return self.render_page("job.html", active="jobs", job=job, error=str(e))
+            return self.render_page(
+                "job.html", active="jobs", job=job, error=str(e), announce=False
+            )
         self.redirect(self.page_url(f"jobs/{new['id']}"))
 
 
